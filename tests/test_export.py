@@ -19,6 +19,7 @@ from optgym.policies import resolve_policy
 from optgym.policies.export import ExportError, OnnxPolicy
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
+from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
@@ -54,45 +55,65 @@ def coin_run(bc_run, work):
     return MLPPolicy(weights, base.vocab, activation="relu", source={"algorithm": "test"}).save(work / "coin")
 
 
+@pytest.fixture(scope="module")
+def residual_run(bc_run, work):
+    """A coin-flip policy that also reads the derived inputs (the heuristic's decision and the cost
+    margin): the graph must compute them as the numpy policy does."""
+    base = MLPPolicy.load(bc_run / "policy")
+    shapes = [w.shape for w, _ in base.weights]
+    shapes[0] = (shapes[0][0] + len(RESIDUAL_EXTRAS), shapes[0][1])
+    rng = np.random.default_rng(11)
+    weights = [(rng.normal(0, 1.0, shape), rng.normal(0, 0.5, shape[1])) for shape in shapes]
+    weights[0][0][-2:] *= 8.0  # make the derived inputs matter
+    return MLPPolicy(weights, base.vocab, extras=RESIDUAL_EXTRAS, source={"algorithm": "test"}).save(work / "res")
+
+
 def _export(run: Path, out: Path) -> Path:
     result = runner.invoke(app, ["export", str(run), "-o", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
 
-def _trace_vectors(trace_dir: Path) -> np.ndarray:
-    """Every decision's raw features as the policies see them (DecisionPoint.vector() is float32)."""
+def _trace_vectors(trace_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Every decision's raw features as the policies see them (DecisionPoint.vector() is float32), and
+    the heuristic's decisions."""
     names = read_meta(trace_dir)["features"]
-    raw = np.concatenate([feature_matrix(b, names) for b in iter_batches(trace_dir, names)])
-    return raw.astype(np.float32)
+    batches = list(iter_batches(trace_dir, [*names, "heuristic"]))
+    raw = np.concatenate([feature_matrix(b, names) for b in batches])
+    heuristic = np.concatenate([b.column("heuristic").to_numpy() for b in batches])
+    return raw.astype(np.float32), heuristic
 
 
 class _Point:
-    def __init__(self, vector: np.ndarray) -> None:
-        self._v = vector
+    def __init__(self, vector: np.ndarray, heuristic: int) -> None:
+        self._v, self.heuristic = vector, int(heuristic)
 
     def vector(self) -> np.ndarray:
         return self._v
 
 
-@pytest.mark.parametrize("which", ["bc", "coin"])
-def test_export_decides_exactly_as_the_training_policy(which, bc_run, coin_run, trace_dir, work):
-    run = bc_run if which == "bc" else coin_run
+@pytest.mark.parametrize("which", ["bc", "coin", "residual"])
+def test_export_decides_exactly_as_the_training_policy(which, bc_run, coin_run, residual_run, trace_dir, work):
+    run = {"bc": bc_run, "coin": coin_run, "residual": residual_run}[which]
     exported = OnnxPolicy.load(_export(run, work / f"{which}.onnx"))
     trained = MLPPolicy.load(run / "policy" if which == "bc" else run)
-    vectors = _trace_vectors(trace_dir)
+    vectors, heuristic = _trace_vectors(trace_dir)
     assert len(vectors) > 50
-    ours = [exported(_Point(v)) for v in vectors]
-    theirs = [trained(_Point(v)) for v in vectors]
+    ours = [exported(_Point(v, h)) for v, h in zip(vectors, heuristic, strict=True)]
+    theirs = [trained(_Point(v, h)) for v, h in zip(vectors, heuristic, strict=True)]
     assert [a for a, _ in ours] == [a for a, _ in theirs]  # every decision of the trace
     np.testing.assert_allclose([lp for _, lp in ours], [lp for _, lp in theirs], rtol=0, atol=1e-9)
     # the batched graph: logits agree to rounding, and its ArgMax node is the decision
-    logits, actions = exported.outputs(vectors.astype(np.float64))
-    np.testing.assert_allclose(logits, trained.logits(vectors), rtol=0, atol=1e-9)
+    logits, actions = exported.outputs(vectors.astype(np.float64), heuristic)
+    np.testing.assert_allclose(logits, trained.logits(vectors, heuristic), rtol=0, atol=1e-9)
     assert np.array_equal(actions, [a for a, _ in theirs])
+    if which == "residual":  # the derived inputs reach the decision: flipping the heuristic bit changes some
+        flipped = exported.actions(vectors.astype(np.float64), 1 - heuristic)
+        assert not np.array_equal(flipped, actions)
+        assert OnnxPolicy.load(work / "residual.onnx").metadata["extras"] == list(RESIDUAL_EXTRAS)
     if which == "coin":
         assert 0.05 < np.mean(actions) < 0.95, "the coin policy should make both decisions"
-        sampled = [exported.stochastic(seed=1)(_Point(v)) for v in vectors[:50]]
+        sampled = [exported.stochastic(seed=1)(_Point(v, h)) for v, h in zip(vectors[:50], heuristic[:50], strict=True)]
         assert {a for a, _ in sampled} <= {0, 1} and all(lp <= 0 for _, lp in sampled)
 
 

@@ -7,9 +7,12 @@ torch or on stable-baselines3, and any ONNX runtime should be able to run it. Th
 * **the whole decision function as a graph**, from clang's raw feature values to the action:
 
       features  float64 [N, F]   raw values, in the order of ``meta["features"]``
+      heuristic float64 [N]      only for a policy with the ``heuristic`` derived input: clang's own
+                                 decision (``meta["extras"]``, see :mod:`optgym.problems.inputs`)
         → normalization          the vocab's quantile bucketization, x, x², √x and the log z-score
                                  (:class:`~optgym.problems.normalize.Normalizer`, with its constants
-                                 as initializers: nothing to keep beside the file)
+                                 as initializers: nothing to keep beside the file), then the derived
+                                 inputs (heuristic bit, ``margin:A-B``) computed in the graph
         → (MatMul → Add → Tanh|Relu)* → MatMul → Add
       logits    float64 [N, A]
       action    int64   [N]      ArgMax of the logits (ties → the lower action, as MLPPolicy)
@@ -63,7 +66,7 @@ EXPORT_FORMAT_VERSION = 1
 META_KEY, VOCAB_KEY, DIGEST_KEY = "optgym", "optgym.vocab", "optgym.digest"
 #: opset 17 / IR 8: old enough for every maintained ONNX runtime, new enough for ReduceSum's axes input.
 OPSET, IR_VERSION = 17, 8
-INPUT, LOGITS, ACTION = "features", "logits", "action"
+INPUT, HEURISTIC, LOGITS, ACTION = "features", "heuristic", "logits", "action"
 SUFFIX = ".onnx"
 
 
@@ -110,7 +113,9 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
     }
     for i, (w, b) in enumerate(policy.weights):
         w = np.asarray(w, np.float64)
-        consts[f"W{i}"], consts[f"b{i}"] = (w[order] if i == 0 else w), np.asarray(b, np.float64)
+        if i == 0:  # the normalized rows are permuted; the derived inputs' rows follow them unchanged
+            w = np.concatenate([w[: n_features * 4][order], w[n_features * 4 :]])
+        consts[f"W{i}"], consts[f"b{i}"] = w, np.asarray(b, np.float64)
     node = helper.make_node
     nodes = [
         # x = (boundaries ≤ v counted) / boundaries of the feature
@@ -131,9 +136,11 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
         node("Log", ["gapped"], ["logv"]),
         node("Sub", ["logv", "log_mean"], ["centred"]),
         node("Div", ["centred", "log_std"], ["z"]),
-        # [x…, x²…, √x…, z…]: W0's rows are permuted to match, which saves interleaving them
-        node("Concat", ["x", "x2", "sx", "z"], ["h0"], axis=1),
     ]
+    extra_nodes, extra_columns = _derived_input_nodes(policy, consts)
+    nodes += extra_nodes
+    # [x…, x²…, √x…, z…, derived…]: W0's rows are permuted to match, which saves interleaving them
+    nodes.append(node("Concat", ["x", "x2", "sx", "z", *extra_columns], ["h0"], axis=1))
     h = "h0"
     last = len(policy.weights) - 1
     for i in range(len(policy.weights)):
@@ -144,10 +151,13 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
             h = f"h{i + 1}"
     nodes.append(node("ArgMax", [LOGITS], [ACTION], axis=1, keepdims=0, select_last_index=0))
     n_actions = policy.weights[-1][0].shape[1]
+    graph_inputs = [helper.make_tensor_value_info(INPUT, TensorProto.DOUBLE, ["N", n_features])]
+    if policy.inputs.needs_heuristic:
+        graph_inputs.append(helper.make_tensor_value_info(HEURISTIC, TensorProto.DOUBLE, ["N"]))
     graph = helper.make_graph(
         nodes,
         "optgym_policy",
-        [helper.make_tensor_value_info(INPUT, TensorProto.DOUBLE, ["N", n_features])],
+        graph_inputs,
         [
             helper.make_tensor_value_info(LOGITS, TensorProto.DOUBLE, ["N", n_actions]),
             helper.make_tensor_value_info(ACTION, TensorProto.INT64, ["N"]),
@@ -172,6 +182,39 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
     )
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _derived_input_nodes(policy: MLPPolicy, consts: dict[str, np.ndarray]) -> tuple[list[Any], list[str]]:
+    """Nodes computing the policy's derived inputs as ``[N, 1]`` columns, as
+    :class:`~optgym.problems.inputs.PolicyInputs` does; adds their constants to ``consts``."""
+    from onnx import TensorProto, helper
+
+    from optgym.problems.inputs import HEURISTIC_INPUT, MARGIN_SCALE
+
+    node = helper.make_node
+    nodes, columns = [], []
+    if policy.extras:
+        consts.update({"one": np.ones((), np.float64), "margin_scale": np.array(MARGIN_SCALE, np.float64),
+                       "axes1": np.array([1], dtype=np.int64)})  # fmt: skip
+    for j, (kind, a, b) in enumerate(policy.inputs.parsed):
+        col = f"extra{j}"
+        if kind == HEURISTIC_INPUT:  # (heuristic > 0) as 0.0 / 1.0
+            nodes += [node("Greater", [HEURISTIC, "zero"], [f"{col}_bool"]),
+                      node("Cast", [f"{col}_bool"], [f"{col}_flat"], to=TensorProto.DOUBLE),
+                      node("Unsqueeze", [f"{col}_flat", "axes1"], [col])]  # fmt: skip
+        else:  # sign(A - B) · log(|A - B| + 1) / scale
+            consts[f"{col}_a"], consts[f"{col}_b"] = np.array([a], np.int64), np.array([b], np.int64)
+            nodes += [node("Gather", [INPUT, f"{col}_a"], [f"{col}_va"], axis=1),
+                      node("Gather", [INPUT, f"{col}_b"], [f"{col}_vb"], axis=1),
+                      node("Sub", [f"{col}_va", f"{col}_vb"], [f"{col}_d"]),
+                      node("Abs", [f"{col}_d"], [f"{col}_abs"]),
+                      node("Add", [f"{col}_abs", "one"], [f"{col}_p1"]),
+                      node("Log", [f"{col}_p1"], [f"{col}_log"]),
+                      node("Sign", [f"{col}_d"], [f"{col}_sign"]),
+                      node("Mul", [f"{col}_sign", f"{col}_log"], [f"{col}_signed"]),
+                      node("Div", [f"{col}_signed", "margin_scale"], [col])]  # fmt: skip
+        columns.append(col)
+    return nodes, columns
 
 
 def graph_digest(model: onnx.ModelProto) -> str:
@@ -290,6 +333,7 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
         "format_version": EXPORT_FORMAT_VERSION,
         "problem": policy.problem,
         "features": policy.feature_names,
+        "extras": policy.extras,
         "actions": int(policy.weights[-1][0].shape[1]),
         "network": {
             "hidden": policy.hidden,
@@ -312,8 +356,10 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
     model = build_model(policy, metadata)
     atomic_write_bytes(output, model.SerializeToString())
     exported = OnnxPolicy.load(output)
-    probe = np.random.default_rng(0).integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
-    if not np.array_equal(exported.actions(probe), policy.logits(probe).argmax(-1)):
+    rng = np.random.default_rng(0)
+    probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
+    heuristic = rng.integers(0, 2, size=256)
+    if not np.array_equal(exported.actions(probe, heuristic), policy.logits(probe, heuristic).argmax(-1)):
         output.unlink(missing_ok=True)
         raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
     return metadata
@@ -333,6 +379,7 @@ class OnnxPolicy:
         if metadata.get("compiler"):
             self.source.setdefault("compiler", metadata["compiler"])
         self._features: list[str] = list(metadata["features"])
+        self._needs_heuristic = "heuristic" in (metadata.get("extras") or [])
         self.greedy = True
         self.rng = np.random.default_rng()
 
@@ -388,21 +435,27 @@ class OnnxPolicy:
         clone.greedy, clone.rng = False, np.random.default_rng(seed)
         return clone
 
-    def outputs(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(logits [N, A], actions [N])`` for raw feature vectors ``[N, F]``."""
+    def outputs(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(logits [N, A], actions [N])`` for raw feature vectors ``[N, F]`` (and the heuristic's
+        decisions ``[N]``, which a policy with the ``heuristic`` derived input needs)."""
         x = np.ascontiguousarray(raw, dtype=np.float64).reshape(-1, len(self._features))
-        logits, actions = self.session.run([LOGITS, ACTION], {INPUT: x})
+        feeds = {INPUT: x}
+        if self._needs_heuristic:
+            if heuristic is None:
+                raise ExportError(f"{self.path} reads the heuristic's decision, and none was given")
+            feeds[HEURISTIC] = np.broadcast_to(np.asarray(heuristic, dtype=np.float64), (len(x),)).copy()
+        logits, actions = self.session.run([LOGITS, ACTION], feeds)
         return logits, actions
 
-    def logits(self, raw: np.ndarray) -> np.ndarray:
-        return self.outputs(raw)[0]
+    def logits(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> np.ndarray:
+        return self.outputs(raw, heuristic)[0]
 
-    def actions(self, raw: np.ndarray) -> np.ndarray:
+    def actions(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> np.ndarray:
         """The graph's own greedy decisions (its ArgMax node) for raw feature vectors ``[N, F]``."""
-        return self.outputs(raw)[1]
+        return self.outputs(raw, heuristic)[1]
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        logits, actions = self.outputs(point.vector())
+        logits, actions = self.outputs(point.vector(), point.heuristic)
         row = logits[0]
         if row.size == 2:  # the binary case in plain floats, as MLPPolicy: it runs between two of clang's decisions
             a, b = float(row[0]), float(row[1])

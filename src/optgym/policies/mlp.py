@@ -8,8 +8,9 @@ import, no thread pool, no per-decision allocation beyond numpy's own — a 2×6
 
 On disk a policy is a directory::
 
-    policy.json   {"kind": "optgym-policy", "format_version": 1, "problem", "features", "hidden",
-                   "activation", "source": {…}}
+    policy.json   {"kind": "optgym-policy", "format_version": 1|2, "problem", "features", "hidden",
+                   "activation", "extras" (format 2: derived inputs, see optgym.problems.inputs),
+                   "source": {…}}
     weights.npz   W0, b0, W1, b1, …  (W: [inputs, outputs]; the last layer gives the action logits)
     vocab.json    the vocab the normalizer uses (see optgym.problems.normalize)
 """
@@ -29,11 +30,12 @@ from typing import Any
 import numpy as np
 
 from optgym.errors import OptgymError
-from optgym.problems.normalize import PER_FEATURE, Normalizer, Vocab
+from optgym.problems.inputs import PolicyInputs
+from optgym.problems.normalize import PER_FEATURE, Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 
 POLICY_KIND = "optgym-policy"
-POLICY_FORMAT_VERSION = 1
+POLICY_FORMAT_VERSION = 2  # 2: derived inputs ("extras"); a policy without them is still written as 1
 ACTIVATIONS = ("tanh", "relu")
 
 
@@ -47,7 +49,8 @@ def _softmax_log(logits: np.ndarray) -> np.ndarray:
 
 
 class MLPPolicy:
-    """``features → normalize → (Linear → activation)* → Linear → logits``; greedy unless made stochastic.
+    """``features → normalize (+ derived inputs) → (Linear → activation)* → Linear → logits``; greedy unless
+    made stochastic.
 
     Calling it on a :class:`DecisionPoint` returns ``(action, log_prob)``. ``stochastic(seed)`` gives
     the same network sampling its actions (trace's ``collect`` mode, evaluation's ``collect``).
@@ -63,15 +66,18 @@ class MLPPolicy:
         greedy: bool = True,
         seed: int | None = None,
         source: dict[str, Any] | None = None,
+        extras: Sequence[str] = (),
     ) -> None:
         if activation not in ACTIVATIONS:
             raise PolicyFileError(f"unknown activation {activation!r}; one of {ACTIVATIONS}")
         self.weights = [(np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64)) for w, b in weights]
         self.vocab, self.problem, self.activation = vocab, problem, activation
-        self.normalizer = Normalizer(vocab)
-        if self.weights[0][0].shape[0] != self.normalizer.width:
+        self.inputs = PolicyInputs(vocab, extras)
+        self.normalizer = self.inputs.normalizer
+        if self.weights[0][0].shape[0] != self.inputs.width:
             raise PolicyFileError(
-                f"the first layer takes {self.weights[0][0].shape[0]} inputs; the vocab gives {self.normalizer.width}"
+                f"the first layer takes {self.weights[0][0].shape[0]} inputs; the vocab and derived inputs "
+                f"{self.inputs.extras} give {self.inputs.width}"
             )
         self.greedy = greedy
         self.rng = np.random.default_rng(seed)
@@ -85,15 +91,21 @@ class MLPPolicy:
     def feature_names(self) -> list[str]:
         return self.normalizer.names
 
+    @property
+    def extras(self) -> list[str]:
+        """The derived inputs after the normalized features (``optgym.problems.inputs``)."""
+        return self.inputs.extras
+
     def stochastic(self, seed: int | None = None) -> MLPPolicy:
         """The same network, sampling actions from its softmax (reproducible from ``seed``)."""
         clone = copy.copy(self)  # shares weights and normalizer: no per-module rebuild in workers
         clone.greedy, clone.rng = False, np.random.default_rng(seed)
         return clone
 
-    def logits(self, raw: np.ndarray) -> np.ndarray:
-        """Action logits for raw feature vectors ``[..., F]``."""
-        h = self.normalizer(raw, dtype=np.float64)
+    def logits(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> np.ndarray:
+        """Action logits for raw feature vectors ``[..., F]`` (and the heuristic's decisions ``[...]``,
+        which a policy with the ``heuristic`` derived input needs)."""
+        h = self.inputs(raw, heuristic)
         for w, b in self.weights[:-1]:
             h = h @ w
             h += b
@@ -105,7 +117,7 @@ class MLPPolicy:
         return h @ w + b
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        logits = self.logits(point.vector())
+        logits = self.logits(point.vector(), point.heuristic)
         if logits.size == 2:  # the common binary case in plain floats: numpy's per-call overhead dominates here
             a, b = float(logits[0]), float(logits[1])
             top = max(a, b)
@@ -141,16 +153,23 @@ class MLPPolicy:
 
     @classmethod
     def initial(
-        cls, vocab: Vocab, hidden: Sequence[int] = (64, 64), *, activation: str = "tanh", seed: int = 0, **kw: Any
+        cls,
+        vocab: Vocab,
+        hidden: Sequence[int] = (64, 64),
+        *,
+        activation: str = "tanh",
+        seed: int = 0,
+        extras: Sequence[str] = (),
+        **kw: Any,
     ) -> MLPPolicy:
         """Random weights (orthogonal-ish scaled normal; the last layer small so actions start near 50/50)."""
         rng = np.random.default_rng(seed)
-        sizes = [len(vocab.names) * PER_FEATURE, *hidden, 2]
+        sizes = [len(vocab.names) * PER_FEATURE + len(extras), *hidden, 2]
         weights = []
         for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
             scale = 0.01 if i == len(sizes) - 2 else 1.0 / math.sqrt(n_in)
             weights.append((rng.normal(0.0, scale, (n_in, n_out)), np.zeros(n_out)))
-        return cls(weights, vocab, activation=activation, **kw)
+        return cls(weights, vocab, activation=activation, extras=extras, **kw)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -167,11 +186,12 @@ class MLPPolicy:
             self.vocab.save(tmp / "vocab.json")
             meta = {
                 "kind": POLICY_KIND,
-                "format_version": POLICY_FORMAT_VERSION,
+                "format_version": POLICY_FORMAT_VERSION if self.extras else 1,
                 "problem": self.problem,
                 "features": self.feature_names,
                 "hidden": self.hidden,
                 "activation": self.activation,
+                **({"extras": self.extras} if self.extras else {}),
                 "source": self.source,
             }
             (tmp / "policy.json").write_text(json.dumps(meta, indent=2))
@@ -198,15 +218,21 @@ class MLPPolicy:
         if meta.get("kind") != POLICY_KIND:
             raise PolicyFileError(f"{directory}/policy.json is not an optgym policy")
         if int(meta.get("format_version", 0)) > POLICY_FORMAT_VERSION:
-            raise PolicyFileError(f"{directory} has policy format {meta['format_version']}; this optgym reads ≤ 1")
+            raise PolicyFileError(
+                f"{directory} has policy format {meta['format_version']}; this optgym reads ≤ {POLICY_FORMAT_VERSION}"
+            )
         with np.load(directory / "weights.npz") as z:
             n = len([k for k in z.files if k.startswith("W")])
             weights = [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)]
         vocab = Vocab.load(directory / "vocab.json")
         if meta.get("features") and list(meta["features"]) != vocab.names:
             raise PolicyFileError(f"{directory}: policy.json's features differ from its vocab's")
-        return cls(weights, vocab, problem=meta.get("problem", "inline-size"),
-                   activation=meta.get("activation", "tanh"), source=meta.get("source", {}), **kw)  # fmt: skip
+        try:
+            return cls(weights, vocab, problem=meta.get("problem", "inline-size"),
+                       activation=meta.get("activation", "tanh"), source=meta.get("source", {}),
+                       extras=meta.get("extras", ()), **kw)  # fmt: skip
+        except VocabError as e:
+            raise PolicyFileError(f"{directory}: {e}") from None
 
 
 def is_policy_dir(path: Path) -> bool:

@@ -37,11 +37,11 @@ def linear_layers(module: nn.Module) -> list[nn.Linear]:
 
 def to_numpy_policy(
     layers: Sequence[nn.Linear], vocab: Vocab, *, activation: str = "tanh", problem: str = "inline-size",
-    source: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None, extras: Sequence[str] = (),
 ) -> MLPPolicy:  # fmt: skip
     """The numpy policy with these linear layers' weights (``W = weight.T``)."""
     weights = [(lin.weight.detach().cpu().numpy().T.copy(), lin.bias.detach().cpu().numpy().copy()) for lin in layers]
-    return MLPPolicy(weights, vocab, activation=activation, problem=problem, source=source)
+    return MLPPolicy(weights, vocab, activation=activation, problem=problem, source=source, extras=extras)
 
 
 @torch.no_grad()

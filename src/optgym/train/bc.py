@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from optgym.corpus.corpus import atomic_write_bytes
-from optgym.problems.normalize import Normalizer, Vocab, VocabError
+from optgym.problems.inputs import PolicyInputs
+from optgym.problems.normalize import Vocab, VocabError
 from optgym.train.run import ProgressCSV, prepare_run_dir, write_config
 from optgym.train.trace import TraceError, feature_matrix, iter_batches, read_meta, read_modules, trace
 
@@ -48,12 +49,14 @@ class BCConfig:
     workers: int | None = None
     timeout: float = 120.0
     label: str = "heuristic"  # the trace column learned: heuristic (clone clang) or action (the trace's policy)
+    extras: list[str] = field(default_factory=list)  # derived inputs (optgym.problems.inputs), e.g. heuristic
 
 
 def load_trace_arrays(
     path: Path | str, names: list[str], label: str = "heuristic"
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(features [N, F] float64, labels [N] int64, module [N] str)`` of a trace's decisions.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(features [N, F] float64, labels [N] int64, module [N] str, heuristic [N] int64)`` of a trace's
+    decisions.
 
     ``label`` names the column learned: ``heuristic`` (clang's answers) or ``action`` (what the
     traced policy did — a search's best decisions, for ``optgym train imitate``). Everything is held in
@@ -61,16 +64,18 @@ def load_trace_arrays(
     """
     if label not in ("heuristic", "action"):
         raise TraceError(f"a bc label is heuristic or action, not {label!r}")
-    feats, labels, modules = [], [], []
-    for batch in iter_batches(path, [*names, label, "module"]):
+    feats, labels, modules, heuristic = [], [], [], []
+    for batch in iter_batches(path, [*names, *dict.fromkeys([label, "heuristic"]), "module"]):
         feats.append(feature_matrix(batch, names))
         labels.append(batch.column(label).to_numpy())
+        heuristic.append(batch.column("heuristic").to_numpy())
         modules.append(np.asarray(batch.column("module").to_pylist(), dtype=object))
     if not feats:
         raise TraceError(f"{path} has no decisions")
     x, y, m = np.concatenate(feats), np.concatenate(labels).astype(np.int64), np.concatenate(modules)
+    h = np.concatenate(heuristic).astype(np.int64)
     keep = y >= 0
-    return x[keep], y[keep], m[keep]
+    return x[keep], y[keep], m[keep], h[keep]
 
 
 def holdout_mask(modules: np.ndarray, fraction: float, by: str, seed: int) -> tuple[np.ndarray, str]:
@@ -107,16 +112,16 @@ def train_bc(cfg: BCConfig, *, progress: bool = True) -> dict[str, Any]:
     vocab = Vocab.load(cfg.vocab)
     if vocab.names != meta["features"]:
         raise VocabError(f"{cfg.vocab} does not cover the trace's features in its order (make it from this trace)")
-    raw, labels, modules = load_trace_arrays(cfg.trace, meta["features"], cfg.label)
-    normalizer = Normalizer(vocab)
-    x = torch.as_tensor(normalizer(raw))
+    raw, labels, modules, heuristic = load_trace_arrays(cfg.trace, meta["features"], cfg.label)
+    inputs = PolicyInputs(vocab, cfg.extras)
+    x = torch.as_tensor(inputs(raw, heuristic, dtype=np.float32))
     y = torch.as_tensor(labels)
     held, held_by = holdout_mask(modules, cfg.holdout, cfg.holdout_by, cfg.seed)
     held_t = torch.as_tensor(held)
     x_train, y_train, x_held, y_held = x[~held_t], y[~held_t], x[held_t], y[held_t]
 
     # 2. the network and its optimizer
-    net = build_mlp(normalizer.width, cfg.hidden, 2, cfg.activation)
+    net = build_mlp(inputs.width, cfg.hidden, 2, cfg.activation)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     writer = SummaryWriter(str(out))
     csv = ProgressCSV(out / "progress.csv")
@@ -154,7 +159,8 @@ def train_bc(cfg: BCConfig, *, progress: bool = True) -> dict[str, Any]:
 
     # 4. export the numpy policy that rollout workers run
     policy = to_numpy_policy(linear_layers(net), vocab, activation=cfg.activation, problem=meta["problem"],
-                             source={"algorithm": "bc", "trace": str(Path(cfg.trace).resolve())})  # fmt: skip
+                             source={"algorithm": "bc", "trace": str(Path(cfg.trace).resolve())},
+                             extras=cfg.extras)  # fmt: skip
     policy.save(out / "policy")
     torch.save(net.state_dict(), out / "bc_network.pt")
 

@@ -30,6 +30,25 @@ TestPercent = Annotated[
 ]
 Warmstart = Annotated[Path | None, typer.Option(help="BC directory (or any policy dir) to start from")]
 WarmVocab = Annotated[Path | None, typer.Option(help="vocab JSON (default: the warm start's)")]
+Extras = Annotated[
+    str,
+    typer.Option(
+        help="derived inputs after the features, comma-separated: heuristic, margin:A-B; 'residual' = "
+        "heuristic,margin:threshold-cost_estimate; 'none' (see optgym.problems.inputs)"
+    ),
+]
+
+
+def parse_extras_option(text: str) -> list[str]:
+    """``--extras`` → the derived input names (``residual`` and ``none`` are shorthands)."""
+    from optgym.problems.inputs import RESIDUAL_EXTRAS
+
+    if text.strip() in ("", "none"):
+        return []
+    if text.strip() == "residual":
+        return list(RESIDUAL_EXTRAS)
+    return [e.strip() for e in text.split(",") if e.strip()]
+
 
 train_app = typer.Typer(
     add_completion=False,
@@ -123,6 +142,7 @@ def bc_command(
     workers: Workers = None,
     seed: Annotated[int, typer.Option(help="seed of initialization, shuffling and the hold-out")] = 0,
     timeout: Timeout = 120.0,
+    extras: Extras = "none",
 ) -> None:
     """Behavioral cloning of the heuristic from a trace; reports agreement and the cloned policy's size ratio."""
     from optgym.errors import OptgymError
@@ -131,7 +151,7 @@ def bc_command(
     cfg = BCConfig(trace=str(trace), vocab=str(vocab), output=str(output), epochs=epochs, batch_size=batch_size,
                    learning_rate=learning_rate, hidden=[int(h) for h in hidden.split(",") if h],
                    holdout=holdout, holdout_by=holdout_by, evaluate=evaluate, workers=workers, seed=seed,
-                   timeout=timeout)  # fmt: skip
+                   timeout=timeout, extras=parse_extras_option(extras))  # fmt: skip
     try:
         metrics = train_bc(cfg)
     except OptgymError as e:
@@ -363,6 +383,7 @@ def imitate_command(
     unsearched: Annotated[
         bool, typer.Option(help="also learn the heuristic's decisions on the modules a search skipped")
     ] = True,
+    extras: Extras = "residual",
     resume: Annotated[Path | None, typer.Option(help="continue this run after its latest round")] = None,
 ) -> None:
     """Learn the search's best decisions (behavioral cloning), then DAgger: search again from the states the
@@ -382,7 +403,8 @@ def imitate_command(
         cfg = ImitateConfig(search=[str(s) for s in search], output=str(output), vocab=str(vocab) if vocab else None,
                             dagger_rounds=dagger_rounds or 0, dagger_budget=dagger_budget, epochs=epochs,
                             hidden=[int(h) for h in hidden.split(",") if h], workers=workers, seed=seed,
-                            timeout=timeout, final_eval=final_eval, unsearched=unsearched)  # fmt: skip
+                            timeout=timeout, final_eval=final_eval, unsearched=unsearched,
+                            extras=parse_extras_option(extras))  # fmt: skip
         train_imitate(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

@@ -75,6 +75,7 @@ class ImitateConfig:
     timeout: float = 120.0
     final_eval: bool = True
     unsearched: bool = True  # also learn the (heuristic) trajectories of the modules a search skipped
+    extras: list[str] = field(default_factory=list)  # derived inputs (optgym.problems.inputs); CLI: residual
 
 
 def feature_names(problem: str) -> list[str]:
@@ -228,7 +229,8 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
         metrics = train_bc(BCConfig(trace=str(data), vocab=cfg.vocab, output=str(bc_dir), hidden=cfg.hidden,
                                     epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                                     holdout=cfg.holdout, seed=cfg.seed, evaluate=False, label="action",
-                                    workers=cfg.workers, timeout=cfg.timeout), progress=progress)  # fmt: skip
+                                    workers=cfg.workers, timeout=cfg.timeout, extras=cfg.extras),
+                         progress=progress)  # fmt: skip
         row.update({
             "demonstrations": data_meta["decisions"],
             "imitate/train_agreement": metrics["train_agreement"],

@@ -185,6 +185,9 @@ def warmstart(model, policy: MLPPolicy) -> None:
     """Copy a BC (or any exported) policy into the model's actor; DQN's target net follows."""
     from optgym.policies.torch_mlp import load_numpy_weights
 
+    if policy.extras:  # the env's observations are the normalized features only
+        raise RunError(f"the warm start reads derived inputs {policy.extras}, which the SB3 env does not give; "
+                       "warm-start PPO/A2C/DQN from a policy trained without --extras (ES takes either)")  # fmt: skip
     load_numpy_weights(actor_layers(model), policy)
     if hasattr(model, "q_net_target"):
         model.q_net_target.load_state_dict(model.q_net.state_dict())

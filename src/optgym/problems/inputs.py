@@ -1,0 +1,93 @@
+"""What a policy network reads: the vocab-normalized features, plus optional *derived* inputs.
+
+Why derived inputs: quantile normalization maps each feature on its own to ``[0, 1]``. The decisions
+worth learning, though, are mostly "do what clang would, except where …", and clang's inliner decides
+essentially ``cost_estimate < threshold`` — a comparison of two features of different scales that a
+small MLP only approximates from their separately bucketized values. Handing it the heuristic's own
+answer and that signed margin makes *agreeing with clang* the easy function, and a deviation the thing
+the network has to learn (a residual policy). clang-22 sends the heuristic's answer with every
+decision (``-inliner-interactive-include-default``), at training time and in a served build alike, so
+a policy that reads it costs nothing to deploy.
+
+Derived inputs are named, and the names are stored with the policy:
+
+* ``heuristic`` — the heuristic's decision at this point, ``0`` or ``1``;
+* ``margin:A-B`` — ``sign(A - B) · log1p(|A - B|) / 8`` of two raw features ``A`` and ``B``
+  (``margin:threshold-cost_estimate`` is positive where clang's cost model inlines); the ``/ 8``
+  keeps the usual range (|A - B| up to a few thousand) near ``[-1, 1]``.
+
+They follow the normalized features, in the order named: inputs ``[features × 4, extras…]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from optgym.problems.normalize import Normalizer, Vocab, VocabError
+
+HEURISTIC_INPUT = "heuristic"
+MARGIN_PREFIX = "margin:"
+MARGIN_SCALE = 8.0
+#: What ``optgym train imitate`` and ``--extras residual`` give a network for inline-size.
+RESIDUAL_EXTRAS = (HEURISTIC_INPUT, "margin:threshold-cost_estimate")
+
+
+def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(kind, a, b)`` per derived input, ``a``/``b`` the raw-feature columns of a margin (else -1)."""
+    parsed = []
+    for extra in extras:
+        if extra == HEURISTIC_INPUT:
+            parsed.append((HEURISTIC_INPUT, -1, -1))
+            continue
+        if extra.startswith(MARGIN_PREFIX) and "-" in extra[len(MARGIN_PREFIX) :]:
+            a, b = extra[len(MARGIN_PREFIX) :].split("-", 1)
+            missing = [f for f in (a, b) if f not in names]
+            if missing:
+                raise VocabError(f"derived input {extra!r} names features {missing} that the vocab does not have")
+            parsed.append(("margin", list(names).index(a), list(names).index(b)))
+            continue
+        raise VocabError(f"unknown derived input {extra!r}: 'heuristic' or 'margin:A-B' (A, B feature names)")
+    return parsed
+
+
+def margin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sign(a - b) · log1p(|a - b|) / 8`` (float64), computed as ``log(1 + |a - b|)``: the operations an
+    exported ONNX graph performs (it has no Log1p), so both give the same bits."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    return np.sign(d) * np.log(np.abs(d) + 1.0) / MARGIN_SCALE
+
+
+class PolicyInputs:
+    """``(raw features [..., F], heuristic [...]) → network inputs [..., F × 4 + E]`` (float64 or as asked)."""
+
+    def __init__(self, vocab: Vocab, extras: Sequence[str] = ()) -> None:
+        self.normalizer = Normalizer(vocab)
+        self.extras = list(extras)
+        self.parsed = parse_extras(self.extras, self.normalizer.names)
+        self.width = self.normalizer.width + len(self.extras)
+
+    @property
+    def needs_heuristic(self) -> bool:
+        return any(kind == HEURISTIC_INPUT for kind, _, _ in self.parsed)
+
+    def __call__(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, dtype: type = np.float64):
+        normalized = self.normalizer(raw, dtype=np.float64)
+        if not self.parsed:
+            return normalized if dtype == np.float64 else normalized.astype(dtype)
+        raw = np.asarray(raw, dtype=np.float64)
+        columns = []
+        for kind, a, b in self.parsed:
+            if kind == HEURISTIC_INPUT:
+                if heuristic is None:
+                    raise VocabError("this policy reads the heuristic's decision, and none was given")
+                h = np.asarray(heuristic, dtype=np.float64)
+                columns.append(np.broadcast_to((h > 0).astype(np.float64), raw.shape[:-1]))
+            else:
+                columns.append(margin(raw[..., a], raw[..., b]))
+        out = np.concatenate([normalized, np.stack(columns, axis=-1)], axis=-1)
+        return out if dtype == np.float64 else out.astype(dtype)
+
+
+__all__ = ["HEURISTIC_INPUT", "RESIDUAL_EXTRAS", "PolicyInputs", "margin", "parse_extras"]
