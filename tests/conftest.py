@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import psutil
 import pytest
 
-# Every test run gets its own cache and FIFO root, so tests can check that nothing is left behind.
-_RUN_DIR = Path(tempfile.mkdtemp(prefix="optgym-tests-"))
+# Every test run gets its own cache and FIFO root, so tests can check that nothing is left behind; the
+# session removes it when it ends. A process the tests start that imports this file again (a worker
+# unpickling a test's task function) inherits the run's directory instead of making one nobody removes.
+_RUN_DIR_ENV = "OPTGYM_TESTS_RUN_DIR"
+_OWNER = not os.environ.get(_RUN_DIR_ENV)
+_RUN_DIR = Path(tempfile.mkdtemp(prefix="optgym-tests-")) if _OWNER else Path(os.environ[_RUN_DIR_ENV])
+os.environ[_RUN_DIR_ENV] = str(_RUN_DIR)
 os.environ["OPTGYM_CACHE_DIR"] = str(_RUN_DIR / "cache")
 os.environ["XDG_RUNTIME_DIR"] = str(_RUN_DIR / "run")
-(_RUN_DIR / "run").mkdir()
+(_RUN_DIR / "run").mkdir(parents=True, exist_ok=True)
 os.environ.pop("OPTGYM_TRANSCRIPT", None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the run's directory: session fixtures are torn down by now, and the leftover checks
+    (:func:`no_leftovers`) ran at the end of each test that asked for them."""
+    if _OWNER:
+        shutil.rmtree(_RUN_DIR, ignore_errors=True)
+
 
 from optgym.corpus.embedded import corpus_from_sources  # noqa: E402
 from optgym.toolchain import find_toolchain  # noqa: E402
