@@ -156,3 +156,22 @@ def test_cli_search_prints_the_table(search_dir, corpus_dir):
 def test_record_names_keep_dotted_module_names_apart(tmp_path):
     a, b = record_stem(tmp_path, "pkg/src/x.cpp.o"), record_stem(tmp_path, "pkg/src_x.cpp.o")
     assert a != b and a.with_suffix(".json").stem == a.name and "." not in a.name
+
+
+def test_focus_without_a_scoring_policy_tries_the_smallest_cost_margins_first(corpus_dir, toolchain, tmp_path):
+    """From the heuristic (which gives no confidence), ``--focus`` picks the decisions whose cost estimate
+    is closest to the threshold: with a budget of one flip, the flip tried is the first of them."""
+    problem = get_problem("inline-size")
+    start = rollout(problem, Corpus(corpus_dir)["zoo"], toolchain, resolve_policy("heuristic").build(),
+                    record_features=True)  # fmt: skip
+    names = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
+    features = start.trajectory.features
+    margin = np.abs(features[:, names.index("threshold")] - features[:, names.index("cost_estimate")])
+    focus = 0.02
+    chosen = np.argsort(margin, kind="stable")[: int(np.ceil(focus * len(margin)))]
+    out = tmp_path / "focused"
+    search(SearchConfig(str(corpus_dir), str(out), budget=2, workers=1, modules="zoo", focus=focus, evolve=False),
+           progress=False)  # fmt: skip
+    examined = np.flatnonzero(read_states(out, "zoo").column("examined").to_numpy(zero_copy_only=False))
+    assert examined.tolist() == [int(chosen.min())]
+    assert margin[examined[0]] <= np.quantile(margin, 0.05) < np.median(margin)

@@ -153,6 +153,12 @@ class Problem(ABC):
         """The compiler heuristic's answer at this decision, if the stream carries it."""
         return None
 
+    def decision_margin(self, features: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """How far each decision (rows of ``features``, raw values by name) is from the heuristic's
+        turning point — small: the heuristic nearly decided otherwise. ``None`` when the problem cannot
+        tell. A search without a scoring policy tries the smallest margins first."""
+        return None
+
     def action_mask(self, view: FeatureView, obs: Observation) -> np.ndarray | None:
         """Which actions are valid here (``None``: all of them)."""
         return None

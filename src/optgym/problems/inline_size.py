@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 from gymnasium import spaces
 
 from optgym.problems.base import FeatureView, Metrics, Problem, register
@@ -70,6 +71,12 @@ class InlineSize(Problem):
 
     def heuristic_action(self, view: FeatureView, obs: Observation) -> int:
         return int(view.scalar(obs, HEURISTIC) != 0)
+
+    def decision_margin(self, features: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """``|threshold - cost_estimate|``: clang's inline cost model inlines below the threshold."""
+        if "threshold" not in features or "cost_estimate" not in features:
+            return None
+        return np.abs(np.asarray(features["threshold"], np.float64) - np.asarray(features["cost_estimate"], np.float64))
 
     def measure(self, obj: bytes) -> Metrics:
         sizes = object_sizes(obj)

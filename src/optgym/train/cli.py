@@ -343,6 +343,14 @@ def search_command(
     min_decisions: Annotated[int, typer.Option(help="leave modules with fewer decisions unsearched")] = 1,
     split: Annotated[str | None, typer.Option(help="search only this side of the corpus's split")] = None,
     start: Annotated[str, typer.Option(help="policy to start from and to follow after a flip")] = "heuristic",
+    focus: Annotated[
+        float,
+        typer.Option(
+            help="single flips try only this least-sure fraction of decisions (+ deviations): by the "
+            "start policy's confidence, or the heuristic's cost margin; 1 = all"
+        ),
+    ] = 1.0,
+    evolve: Annotated[bool, typer.Option(help="evolutionary moves once a pass of flips finds nothing")] = True,
     workers: Workers = None,
     seed: Annotated[int, typer.Option(help="seed of the evolutionary moves")] = 0,
     timeout: Timeout = 120.0,
@@ -353,7 +361,8 @@ def search_command(
     from optgym.train.search import SearchConfig, search, summary_table
 
     cfg = SearchConfig(corpus=str(corpus), output=str(output), budget=budget, workers=workers, modules=modules,
-                       split=split, min_decisions=min_decisions, start=start, seed=seed, timeout=timeout)  # fmt: skip
+                       split=split, min_decisions=min_decisions, start=start, focus=focus, evolve=evolve, seed=seed,
+                       timeout=timeout)  # fmt: skip
     try:
         meta = search(cfg, say=console.print)
     except OptgymError as e:

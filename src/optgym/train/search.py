@@ -337,11 +337,17 @@ class ModuleSearch:
         return False
 
     def focus_positions(self, start: int) -> list[int]:
-        """Decisions ``≥ start`` a greedy pass tries: all of them, or — with a scoring base policy and
-        ``focus < 1`` — its deviations from the heuristic plus its least confident fraction."""
+        """Decisions ``≥ start`` a greedy pass tries: all of them, or — with ``focus < 1`` — the
+        deviations from the heuristic plus the least sure fraction: by the base policy's confidence when
+        it scores its decisions, else by the problem's decision margin (closest to the heuristic's
+        turning point first — where clang nearly decided otherwise)."""
         n = len(self.best["actions"])
         lp = self.best.get("log_probs")
-        if self.task.focus >= 1.0 or lp is None or len(lp) != n:
+        if lp is None or len(lp) != n:
+            features = self.best.get("features") or {}
+            margin = get_problem(self.task.problem).decision_margin(features) if features else None
+            lp = margin if margin is not None and len(margin) == n else None  # small: unsure, as a low log-prob
+        if self.task.focus >= 1.0 or lp is None:
             return list(range(start, n))
         deviating = self.best["actions"] != self.best["heuristic"]
         unsure = np.argsort(lp, kind="stable")[: max(1, math.ceil(self.task.focus * n))]
