@@ -66,12 +66,14 @@ add_library(shapes STATIC lib.c shapes.cpp)
 add_executable(app main.c)
 target_link_libraries(app shapes)
 """
+# A hand-written Makefile that forces its own -O2 (over the environment's CFLAGS, and after them for shapes.o).
 MAKEFILE = """\
+CFLAGS = -O2 -Wall
 OBJS = lib.o shapes.o main.o
 app: $(OBJS)
 \t$(CXX) -o $@ $(OBJS)
 shapes.o: shapes.cpp lib.h
-\t$(CXX) $(CXXFLAGS) -c shapes.cpp -o shapes.o
+\t$(CXX) $(CXXFLAGS) -O2 -c shapes.cpp -o shapes.o
 """
 
 
@@ -142,6 +144,25 @@ def test_make_project_becomes_a_corpus_and_reproduces_objects(toolchain, make_co
     assert result.build_system == "make"
     assert sorted(m.name for m in corpus) == ["lib.o", "main.o", "shapes.o"]
     _same_text_as_build(toolchain, corpus, result.build_dir)
+    # the Makefile's -O2 came before the compiler wrapper's -Oz, which wins
+    assert corpus_info(corpus.root, sizes=False)["opt_levels"] == {"-Oz": 3}
+    assert result.extract.opt_mismatches == {"modules": 0, "levels": {}, "examples": {}}
+    assert result.extract.opt_warning() is None
+
+
+def test_modules_at_another_opt_level_are_reported(toolchain, make_corpus, tmp_path):
+    """A build asked for one level whose modules came out at another: extract warns, corpus info reports them."""
+    result, _ = make_corpus
+    report = extract(toolchain, result.compdb, tmp_path / "c", opt="-O2")  # as if -O2 had been asked for
+    assert report.opt_mismatches == {"modules": 3, "levels": {"-Oz": 3},
+                                     "examples": {"lib.o": "-Oz", "main.o": "-Oz", "shapes.o": "-Oz"}}  # fmt: skip
+    assert report.opt_warning().startswith("3 of 3 modules were compiled at another -O level than the requested -O2")
+    info = corpus_info(tmp_path / "c", sizes=False)
+    assert info["requested_opt"] == ["-O2"] and info["opt_mismatches"] == report.opt_mismatches
+    proc = subprocess.run([sys.executable, "-m", "optgym.cli", "corpus", "info", str(tmp_path / "c"), "--no-sizes"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning 3 of 3 modules were compiled at another -O level" in " ".join(proc.stdout.split())
 
 
 def test_rebuild_is_incremental_and_keeps_the_corpus(toolchain, cmake_corpus):

@@ -8,8 +8,13 @@ the user's tree is never written to. Re-running reuses the build tree, so only w
 rebuilt.
 
 The compiler is clang-22 with ``-Xclang -fembed-bitcode=all`` and the requested optimization level
-in CFLAGS/CXXFLAGS. For plain Make the embedding flag also rides in ``CC``/``CXX`` on make's
-command line, because many hand-written Makefiles assign ``CFLAGS`` themselves and would drop it.
+in CFLAGS/CXXFLAGS — and, because hand-written Makefiles (plain Make, or under autotools) assign
+``CFLAGS`` themselves or put their own ``-O2`` after ours, every build system gets ``CC``/``CXX`` as
+two small wrapper scripts (:func:`write_compiler_wrappers`) that run clang with the build's arguments
+*followed by* the opt level, the embedding flags and ``-fno-lto``: the last ``-O`` wins in clang, so
+every compile is at the requested level, and a build that turns on (Thin)LTO itself (ninja's CMake
+enables IPO whenever it is supported) still writes ELF objects with embedded bitcode instead of bare
+bitcode files. The module's recorded command is clang's own (``.llvmcmd``), not the wrapper's.
 
 Every step's output goes to ``DIR/logs/<step>.log``. The build step keeps going past errors
 (``make -k``, ``ninja -k 0``): a package where one test program fails still gives every object that
@@ -35,6 +40,10 @@ from optgym.toolchain.llvm import Toolchain
 
 BUILD_SYSTEMS = ("cmake", "meson", "autotools", "make")
 EMBED = ("-Xclang", "-fembed-bitcode=all")
+#: Appended to every compile: objects, not LTO bitcode files, whatever the build asks for (see the module doc).
+NO_LTO = ("-fno-lto",)
+#: The wrappers' names: not ones bear takes for a compiler (cc, gcc, clang…), so it records only the clang they run.
+WRAPPER_NAMES = ("embed-cc", "embed-c++")
 LOG_TAIL_LINES = 25
 
 
@@ -122,6 +131,22 @@ def _mirror(src: Path, dst: Path) -> None:
                     ignore=shutil.ignore_patterns(".git", WORK_DIR))  # fmt: skip
 
 
+def write_compiler_wrappers(bin_dir: Path, cc: str, cxx: str, opt: str) -> tuple[str, str]:
+    """``bin_dir/embed-cc`` and ``embed-c++``: clang with the caller's arguments, then ``opt``, the embedding
+    flags and ``-fno-lto`` — so they win over whatever a build's own flags say (see the module doc)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    tail = shlex.join([opt, *EMBED, *NO_LTO])
+    paths = []
+    for name, compiler in zip(WRAPPER_NAMES, map(shlex.quote, (cc, cxx)), strict=True):
+        path = bin_dir / name
+        text = f'#!/bin/sh\n# optgym corpus build: the requested flags last win\nexec {compiler} "$@" {tail}\n'
+        if not path.exists() or path.read_text() != text:  # unchanged: make sees no new compiler
+            path.write_text(text)
+            path.chmod(0o755)
+        paths.append(str(path))
+    return paths[0], paths[1]
+
+
 def _need(tool: str, package: str) -> str:
     path = shutil.which(tool)
     if not path:
@@ -202,7 +227,7 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
             _run_step("configure", [*configure, *extra, *e.configure_args], build, e.env, e.logs)
     else:
         _mirror(e.src, build)
-        make_vars = [f"CC={e.cc} {shlex.join(EMBED)}", f"CXX={e.cxx} {shlex.join(EMBED)}", *e.configure_args]
+        make_vars = [f"CC={e.cc}", f"CXX={e.cxx}", *e.configure_args]
     compdb = build / "compile_commands.json"
     argv = [bear, "--append", "--output", str(compdb), "--", "make", "-k", "-j", e.jobs, *make_vars]
     return build, compdb, _run_step("build", argv, build, e.env, e.logs, check=False)
@@ -240,7 +265,8 @@ def build_tree(
     recover(dest)
     logs = Path(logs) if logs else dest / LOGS_DIR
     flags = shlex.join([*EMBED, opt])
-    cc, cxx = str(toolchain.clang), str(toolchain.tool("clang++"))
+    compilers = (dest / WORK_DIR / "bin", str(toolchain.clang), str(toolchain.tool("clang++")), opt)
+    cc, cxx = write_compiler_wrappers(*compilers)
     e = _Env(
         src=src,
         work=dest / WORK_DIR,
@@ -278,6 +304,7 @@ def build_tree(
             for log in logs.glob("*.log"):
                 os.replace(log, failed / log.name)
             shutil.rmtree(e.work, ignore_errors=True)
+            write_compiler_wrappers(*compilers)  # they lived in the work dir too
             notes.append(f"{system} {err.step} failed (logs in {failed}); used {systems[i + 1]}")
     build_seconds = time.perf_counter() - start
     build_log = logs / "build.log"
@@ -297,6 +324,7 @@ def build_tree(
         keep_variants=keep_variants,
         logs=logs,
         max_decisions=max_decisions,
+        opt=opt,
         provenance={
             "source_dir": str(src),
             "build_system": system,

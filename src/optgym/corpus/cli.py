@@ -61,6 +61,8 @@ def _print_extract(report, dest: Path, verbose: bool = False) -> None:
             for what, reason in report.skipped:
                 console.print(f"    {what}: {reason}", highlight=False)
         console.print(f"  (every entry with its reason: {dest / 'logs' / 'extract.log'})", highlight=False)
+    if warning := report.opt_warning():
+        console.print(f"[bold yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
 
 
 @corpus_app.command("extract")
@@ -72,6 +74,9 @@ def extract_cmd(
     exclude: Exclude = None,
     keep_variants: KeepVariants = False,
     max_decisions: MaxDecisions = None,
+    opt: Annotated[
+        str | None, typer.Option("--opt", help="the -O level the build used: warn about modules recorded at another")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="list every entry left out")] = False,
 ) -> None:
     """Objects built with ``-Xclang -fembed-bitcode=all`` → a corpus, through mlgo-utils' extract_ir.
@@ -92,6 +97,7 @@ def extract_cmd(
             exclude=exclude or (),
             keep_variants=keep_variants,
             max_decisions=max_decisions,
+            opt=opt,
         )
     except OptgymError as e:
         _fail(str(e))
@@ -334,7 +340,7 @@ def info_cmd(
     """Modules, languages, opt levels, bitcode bytes and heuristic size totals (per package when there are any)."""
     import json
 
-    from optgym.corpus.info import corpus_info
+    from optgym.corpus.info import corpus_info, describe_opt_mismatches
     from optgym.errors import OptgymError
 
     try:
@@ -358,6 +364,8 @@ def info_cmd(
     console.print(
         "[bold]opt levels[/] " + ", ".join(f"{k} {v}" for k, v in info["opt_levels"].items()), highlight=False
     )
+    if warning := describe_opt_mismatches(info["opt_mismatches"], info["modules"], info["requested_opt"]):
+        console.print(f"[bold yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
     console.print(f"[bold]bitcode[/] {info['bitcode_bytes'] / 1e6:.2f} MB", highlight=False)
     h = info["heuristic"]
     if h:

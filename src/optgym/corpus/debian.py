@@ -16,6 +16,7 @@ Provenance: the merged description records, per package, the exact source versio
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -106,11 +107,34 @@ C_PACKAGES = [
     "libconfig",
     "libcbor",
 ]
-#: Upstream build options a package needs here: parts that want bundled sources Debian strips
-#: (box2d's testbed wants glfw/imgui, benchmark's tests want googletest's sources).
+#: Upstream build options a package needs here (configure arguments; for plain Make, make variables):
+#: parts that want bundled sources Debian strips (box2d's testbed wants glfw/imgui, benchmark's tests want
+#: googletest's sources), and what ``debian/rules`` would otherwise have supplied —
+#: * benchmark: Debian's patch comments out the version lookup from git and its rules pass ``GIT_VERSION``
+#:   instead; without it the version is empty and ``set_target_properties(… VERSION ${GENERIC_LIB_VERSION}
+#:   …)`` fails with "incorrect number of arguments". ``0.0.0`` means "no git version": upstream then uses
+#:   the ``project()`` version. ``-Werror`` off, as in the rules, and ``-pedantic-errors`` too (its flag check
+#:   is answered in advance): clang-22 calls ``__COUNTER__``, which benchmark.h uses, a C2y extension.
+#: * lua5.4: Debian's patched Makefile compiles and links through ``$(LIBTOOL)``, which the rules set to a
+#:   libtool they generate; the system's (package libtool) does the same job.
 PACKAGE_CONFIGURE_ARGS: dict[str, tuple[str, ...]] = {
     "box2d": ("-DBOX2D_BUILD_TESTBED=OFF",),
-    "benchmark": ("-DBENCHMARK_ENABLE_TESTING=OFF", "-DBENCHMARK_ENABLE_GTEST_TESTS=OFF"),
+    "benchmark": (
+        "-DBENCHMARK_ENABLE_TESTING=OFF",
+        "-DBENCHMARK_ENABLE_GTEST_TESTS=OFF",
+        "-DGIT_VERSION=0.0.0",
+        "-DBENCHMARK_ENABLE_WERROR=OFF",
+        "-DHAVE_CXX_FLAG_PEDANTIC_ERRORS=OFF",
+    ),
+    "lua5.4": ("LIBTOOL=libtool --quiet",),
+}
+#: Files ``debian/rules`` generates before the upstream build, by path in the source tree (``{multiarch}``:
+#: ``DEB_HOST_MULTIARCH``): lua5.4's patched luaconf.h includes a header its rules write at configure time.
+PACKAGE_FILES: dict[str, dict[str, str]] = {
+    "lua5.4": {
+        "src/lua5.4-deb-multiarch.h": "#ifndef _LUA_DEB_MULTIARCH_\n#define _LUA_DEB_MULTIARCH_\n"
+        '#define DEB_HOST_MULTIARCH "{multiarch}"\n#endif\n',
+    },
 }
 
 #: The slowest to build on 2 cores: last in the train preset, so an interrupted run has the rest.
@@ -328,6 +352,8 @@ def _build_package(task: PackageTask) -> PackageResult:
             result.detail = f"expected one .dsc and one source tree in {fetch}"
             return result
         result.source, result.version = _parse_dsc(dscs[0])
+        for path, text in PACKAGE_FILES.get(task.name, {}).items():
+            (trees[0] / path).write_text(text.format(multiarch=multiarch()))
         try:
             built = build_tree(
                 find_toolchain(),
@@ -345,7 +371,8 @@ def _build_package(task: PackageTask) -> PackageResult:
         except OptgymError as e:
             result.status, result.detail = "build_failed", str(e).splitlines()[0]
             return result
-        result.build_system, result.modules, result.notes = built.build_system, len(built.extract.modules), built.notes
+        result.build_system, result.modules = built.build_system, len(built.extract.modules)
+        result.notes = [*built.notes, *filter(None, [built.extract.opt_warning()])]
         # mark the package done: its description now names its source and version
         description = read_description(done)
         description["optgym"]["debian"] = {
@@ -367,6 +394,15 @@ def _build_package(task: PackageTask) -> PackageResult:
             shutil.rmtree(fetch, ignore_errors=True)
             if result.ok:
                 shutil.rmtree(done / WORK_DIR, ignore_errors=True)
+
+
+def multiarch() -> str:
+    """This machine's ``DEB_HOST_MULTIARCH`` (``x86_64-linux-gnu``), as ``debian/rules`` would see it."""
+    try:
+        out = subprocess.run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"], capture_output=True, text=True)
+    except FileNotFoundError:  # no dpkg-dev: but apt-get source needs it to unpack, so hardly ever
+        return f"{platform.machine()}-linux-gnu"
+    return out.stdout.strip() or f"{platform.machine()}-linux-gnu"
 
 
 def _last_error(log_text: str) -> str:

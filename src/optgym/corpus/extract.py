@@ -109,9 +109,19 @@ class ExtractReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, reason)
     entries: int = 0
     seconds: float = 0.0
+    opt: str | None = None  # the -O level the build was asked for, when known
+    opt_mismatches: dict[str, Any] | None = None  # modules at another level (info.opt_mismatches)
 
     def skip_counts(self) -> dict[str, int]:
         return dict(Counter(reason for _, reason in self.skipped).most_common())
+
+    def opt_warning(self) -> str | None:
+        """The warning line when modules came out at another -O level than :attr:`opt` (else ``None``)."""
+        from optgym.corpus.info import describe_opt_mismatches
+
+        if not self.opt_mismatches:
+            return None
+        return describe_opt_mismatches(self.opt_mismatches, len(self.modules), [self.opt] if self.opt else [])
 
 
 def mlgo_utils_version() -> str:
@@ -302,8 +312,13 @@ def extract(
     provenance: dict[str, Any] | None = None,
     logs: Path | None = None,
     max_decisions: int | None = None,
+    opt: str | None = None,
 ) -> ExtractReport:
-    """Make ``dest`` a corpus of the objects that ``compdb`` compiled (see the module doc)."""
+    """Make ``dest`` a corpus of the objects that ``compdb`` compiled (see the module doc).
+
+    With ``opt`` (the level the build was asked for), modules recorded at another level are counted in
+    the report (:meth:`ExtractReport.opt_warning`): the corpus is still made, but the user is told.
+    """
     start = time.perf_counter()
     compdb, dest = Path(compdb).absolute(), Path(dest).absolute()
     try:
@@ -388,6 +403,12 @@ def extract(
         report.modules.sort()
         if not report.modules:
             raise CorpusError(f"{compdb}: no module could be extracted; see {log_path}")
+        if opt is not None:
+            from optgym.corpus.info import opt_mismatches
+
+            report.opt = opt
+            staged = [Module(n, staging / f"{n}.bc", staging / f"{n}.cmd") for n in report.modules]
+            report.opt_mismatches = opt_mismatches((m, opt) for m in staged)
         meta = {
             "provenance": {
                 "tool": f"optgym corpus extract (mlgo-utils {mlgo_utils_version()} extract_ir)",
@@ -397,6 +418,7 @@ def extract(
                 "created": now(),
                 "entries": report.entries,
                 "skipped": report.skip_counts(),
+                **({"opt": opt} if opt else {}),
                 **(provenance or {}),
             }
         }
@@ -405,6 +427,8 @@ def extract(
         with open(log_path, "a") as log:
             log.write(f"\n{len(report.modules)} modules; {len(report.skipped)} entries left out:\n")
             log.writelines(f"  {what}: {reason}\n" for what, reason in report.skipped)
+            if warning := report.opt_warning():
+                log.write(f"warning: {warning}\n")
         swap_in(staging, dest)
     report.seconds = time.perf_counter() - start
     return report

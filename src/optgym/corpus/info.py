@@ -10,6 +10,7 @@ second ``info`` is instant.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,42 @@ def opt_level(args: list[str]) -> str:
         if arg in OPT_LEVELS or (arg.startswith("-O") and arg[2:].isdigit()):
             level = arg
     return level
+
+
+def requested_opt(meta: dict[str, Any], package: str = "") -> str | None:
+    """The opt level a corpus (or one of its packages) was built for, from its description: a Debian package's
+    own, else the build's (``corpus build``), else csmith's; ``None`` when the corpus does not say
+    (``corpus extract`` of someone else's build)."""
+    level = (meta.get("packages") or {}).get(package, {}).get("opt") or (meta.get("provenance") or {}).get("opt")
+    return level or (meta.get("csmith") or {}).get("config", {}).get("opt")
+
+
+def opt_mismatches(modules: Iterable[tuple[Module, str | None]], examples: int = 20) -> dict[str, Any]:
+    """The ``(module, requested level)`` pairs whose module was compiled at another ``-O`` level: how many, at
+    which levels, and the first ``examples`` as ``{module: level}``.
+
+    A build whose own flags came after optgym's compiled at their level, not the requested one: training
+    on -O2 modules for an -Oz problem would learn another pipeline's decisions, so the commands that make
+    or describe a corpus say so (:func:`describe_opt_mismatches`)."""
+    found: dict[str, str] = {}
+    for module, requested in modules:
+        level = opt_level(raw_cc1_args(module))
+        if requested is not None and level != requested:
+            found[module.name] = level
+    levels = Counter(found.values()).most_common()
+    return {"modules": len(found), "levels": dict(levels), "examples": dict(list(found.items())[:examples])}
+
+
+def describe_opt_mismatches(mismatches: dict[str, Any], total: int, requested: Sequence[str] = ()) -> str | None:
+    """One warning line for :func:`opt_mismatches`' result (``None`` when there are none)."""
+    if not mismatches["modules"]:
+        return None
+    levels = ", ".join(f"{level}: {n}" for level, n in mismatches["levels"].items())
+    wanted = f"the requested {'/'.join(requested)}" if requested else "the requested one"
+    shown = list(mismatches["examples"])[:3]
+    examples = ", ".join(shown) + (", …" if mismatches["modules"] > len(shown) else "")
+    return (f"{mismatches['modules']} of {total} modules were compiled at another -O level than {wanted} "
+            f"({levels}): the build's own flags won ({examples})")  # fmt: skip
 
 
 def package_of(name: str, has_packages: bool) -> str:
@@ -133,7 +170,9 @@ def corpus_info(
     per_package: dict[str, dict[str, Any]] = defaultdict(lambda: {"modules": 0, "languages": Counter(),
                                                                   "bitcode_bytes": 0})  # fmt: skip
     total_bc = 0
+    wanted: dict[str, str | None] = {}  # module → the opt level its build was asked for
     for m in corpus:
+        wanted[m.name] = requested_opt(meta, package_of(m.name, has_packages))
         args = raw_cc1_args(m)
         lang, size = language(args), m.bitcode.stat().st_size
         languages[lang] += 1
@@ -143,6 +182,7 @@ def corpus_info(
         pkg["modules"] += 1
         pkg["languages"][lang] += 1
         pkg["bitcode_bytes"] += size
+    mismatches = opt_mismatches((m, wanted[m.name]) for m in corpus)
     heuristic: dict[str, Any] | None = None
     if sizes and len(corpus):
         tasks = [SizeTask(str(corpus.root.absolute()), m.name, problem, timeout) for m in corpus]
@@ -179,6 +219,8 @@ def corpus_info(
         "modules": len(corpus),
         "languages": dict(languages.most_common()),
         "opt_levels": dict(levels.most_common()),
+        "requested_opt": sorted({level for level in wanted.values() if level}),
+        "opt_mismatches": mismatches,
         "bitcode_bytes": total_bc,
         "heuristic": heuristic,
         "decisions": counted,
