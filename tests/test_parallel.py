@@ -188,6 +188,57 @@ def test_process_pool_reports_a_task_that_keeps_dying(tmp_path):
         ex.close()
 
 
+_DRIVER = """
+import os, sys, time
+from pathlib import Path
+from optgym.parallel import ProcessExecutor
+
+def task(directory):
+    (Path(directory) / str(os.getpid())).write_text("")
+    time.sleep(600)
+
+if __name__ == "__main__":
+    ex = ProcessExecutor(2)
+    list(ex.map_unordered(task, [sys.argv[1]] * 2))
+"""
+
+
+def test_process_pool_workers_die_with_a_killed_driver(tmp_path):
+    """SIGKILL the driver mid-run: its workers (the forkserver's children, not its own) go too."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    driver = subprocess.Popen([sys.executable, str(script), str(pids)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = [int(p.name) for p in pids.iterdir()]
+        assert len(workers) == 2 and all(psutil.pid_exists(w) for w in workers)
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 10
+    while any(_running(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(w) for w in workers), "workers outlived their driver"
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_backend_selection(monkeypatch):
     monkeypatch.delenv("OPTGYM_RAY_ADDRESS", raising=False)
     assert resolve_ray_address() is None and ray_backend_address(4) is None

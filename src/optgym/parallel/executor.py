@@ -115,6 +115,42 @@ class _Pending:
     attempts: int = 1
 
 
+def _exit_with_driver(driver: int) -> None:
+    """Worker initializer: end this worker the moment the driver process is gone.
+
+    A forkserver worker is the forkserver's child, not the driver's, so a driver killed by SIGKILL (or
+    one whose SIGTERM handler never ran) left its workers compiling on — measured: a killed
+    ``optgym search`` kept two workers writing into its directory for minutes. A daemon thread waits on
+    a pidfd of the driver (no polling) and then exits the worker; the compile it was running dies with
+    it (compilers are spawned with a parent-death signal, see optgym.toolchain.process).
+    """
+    import select
+    import threading
+
+    try:
+        fd = os.pidfd_open(driver)
+    except (OSError, AttributeError):  # already gone, or no pidfd on this kernel: nothing to watch
+        if not _alive(driver):
+            os._exit(1)
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="optgym-driver-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ProcessExecutor:
     """A local pool of ``workers`` processes (forkserver: safe with threads in the parent).
 
@@ -135,7 +171,9 @@ class ProcessExecutor:
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self.workers, mp_context=self._context)
+        return ProcessPoolExecutor(
+            self.workers, mp_context=self._context, initializer=_exit_with_driver, initargs=(os.getpid(),)
+        )
 
     def map_unordered(
         self, fn: Callable[[T], R], items: Sequence[T], on_error: OnError | None = None

@@ -4,8 +4,9 @@ Every command that takes ``--policy`` resolves the spec here into a picklable :c
 it travels to worker processes, where :meth:`PolicyFactory.build` makes the policy *inside* the
 worker (no per-decision round trip to the parent), and its :attr:`PolicyFactory.identity` keys caches.
 
-Specs: ``heuristic``, ``never``, ``always``, ``random`` (``random:SEED``); trained policies (run
-directories, snapshots, exported files) register a resolver with :func:`register_resolver`.
+Specs: ``heuristic``, ``never``, ``always``, ``random`` (``random:SEED``), ``pretrained`` (the exported
+policy shipped inside the package, :data:`PRETRAINED`, with its provenance beside it); trained policies
+(run directories, snapshots, exported files) register a resolver with :func:`register_resolver`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from optgym.rollout.simple import SIMPLE_POLICIES, RandomPolicy
 
 class PolicyError(OptgymError):
     """A policy spec that names nothing loadable."""
+
+
+#: The shipped inline-size policy (ONNX, see optgym.policies.export) and its provenance (JSON).
+PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+PRETRAINED = PRETRAINED_DIR / "inline-size.onnx"
+PRETRAINED_PROVENANCE = PRETRAINED_DIR / "inline-size.provenance.json"
 
 
 @dataclass(frozen=True)
@@ -77,17 +84,29 @@ def resolve_policy(spec: str) -> PolicyFactory:
         )
     if name in SIMPLE_POLICIES:
         return PolicyFactory(spec, name, _simple, (name,))
+    if spec == "pretrained":
+        if not PRETRAINED.is_file():
+            raise PolicyError(f"this optgym ships no pretrained policy ({PRETRAINED} is missing)")
+        spec = str(PRETRAINED)
     path = Path(spec)
     if path.exists():
         for resolver in _RESOLVERS:
             if (factory := resolver(path)) is not None:
                 return factory
         raise PolicyError(f"{spec} is not a policy optgym can load (no resolver recognises it)")
-    known = ", ".join(sorted(SIMPLE_POLICIES))
+    known = ", ".join(sorted([*SIMPLE_POLICIES, "pretrained"]))
     raise PolicyError(f"unknown policy {spec!r}: not one of {known}, random:SEED, nor an existing path")
 
 
-__all__ = ["PolicyError", "PolicyFactory", "file_identity", "register_resolver", "resolve_policy"]
+__all__ = [
+    "PRETRAINED",
+    "PRETRAINED_PROVENANCE",
+    "PolicyError",
+    "PolicyFactory",
+    "file_identity",
+    "register_resolver",
+    "resolve_policy",
+]
 
 
 def _register_trained() -> None:
