@@ -101,7 +101,7 @@ def tasks_for(corpus, policy: str, refs: Sequence[Any] | None = None) -> list:
     from optgym.policies import resolve_policy
 
     factory = resolve_policy(policy)
-    return [_Task("inline-size", str(corpus.root), m.name, factory, "eval", i, 300.0, None, refs[i] if refs else None)
+    return [_Task("inline-size", refs[i] if refs else m, m.name, factory, "eval", i, 300.0)
             for i, m in enumerate(corpus)]  # fmt: skip
 
 

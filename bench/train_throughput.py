@@ -67,7 +67,8 @@ def throughput(corpus: Path, spec: str, workers: int, repeat: int) -> tuple[floa
     factory = resolve_policy(spec)
     names = [m.name for m in Corpus(corpus)] * repeat
     names.sort(key=lambda n: -Corpus(corpus)[n].bitcode.stat().st_size)  # big modules first: less tail
-    tasks = [TraceTask("inline-size", str(corpus), None, n, factory, "eval", i, 120.0) for i, n in enumerate(names)]
+    the_corpus = Corpus(corpus)
+    tasks = [TraceTask("inline-size", the_corpus[n], n, factory, "eval", i, 120.0) for i, n in enumerate(names)]
     executor = get_executor(workers)
     try:
         list(executor.map_unordered(_warm, list(range(2 * workers))))

@@ -111,10 +111,7 @@ def test_a_directory_that_is_not_a_csmith_corpus_is_not_replaced(corpus_dir, too
 
 
 def test_merge_with_max_decisions_keeps_modules_within_the_limit(csmith_corpus, tmp_path):
-    counts = {
-        m.name: heuristic_decisions(SizeTask(str(csmith_corpus.root), m.name, "inline-size", 300))["decisions"]
-        for m in csmith_corpus
-    }
+    counts = {m.name: heuristic_decisions(SizeTask(m, "inline-size", 300))["decisions"] for m in csmith_corpus}
     limit = sorted(counts.values())[1]  # the middle one: at least one module on each side
     merged = merge_corpora([csmith_corpus.root], tmp_path / "small", max_decisions=limit, workers=2)
     kept = {m.name for m in merged}

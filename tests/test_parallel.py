@@ -302,9 +302,9 @@ def test_module_ref_materializes_once_per_node_without_the_corpus(corpus, tmp_pa
     assert not (modules_dir() / ("0" * 64)).exists(), "a corrupt transfer is never published"
 
 
-def test_local_evaluation_reads_the_corpus_in_place(corpus, monkeypatch):
+def test_local_fan_outs_read_the_corpus_in_place(corpus, monkeypatch):
     monkeypatch.delenv("OPTGYM_RAY_ADDRESS", raising=False)
-    assert portable_modules(list(corpus), workers=2) is None
+    assert portable_modules(list(corpus), workers=2) == list(corpus)
 
 
 def test_evaluation_with_module_refs_matches(corpus, tmp_path, monkeypatch):
@@ -317,9 +317,9 @@ def test_evaluation_with_module_refs_matches(corpus, tmp_path, monkeypatch):
     copy = tmp_path / "c"
     shutil.copytree(corpus.root, copy)
     copied = Corpus(copy)
-    task = _Task("inline-size", str(copy), "tree", resolve_policy("never"), "eval", 0, 120.0)
+    task = _Task("inline-size", copied["tree"], "tree", resolve_policy("never"), "eval", 0, 120.0)
     local = evaluate_module(task)
-    ref_task = replace(task, corpus="/nonexistent", ref=ModuleRef.inline(copied["tree"]))
+    ref_task = replace(task, source=ModuleRef.inline(copied["tree"]))
     shutil.rmtree(copy)
     monkeypatch.setenv("OPTGYM_CACHE_DIR", str(tmp_path / "fresh-cache"))  # compile again, from the ref
     remote = evaluate_module(ref_task)

@@ -271,13 +271,12 @@ def over_decision_limit(
     them. A module whose count cannot be taken (its compile fails or times out) is left out too: an
     episode on it would fail the same way.
     """
-    from optgym.corpus.info import SizeTask, heuristic_decisions
+    from optgym.corpus.info import heuristic_decisions, size_tasks
     from optgym.parallel import run_tasks
 
     if limit < 0:
         raise CorpusError(f"--max-decisions must be at least 0, not {limit}")
-    # a module's corpus root: its .bc sits as many directories down as its name has components
-    tasks = [SizeTask(str(m.bitcode.parents[m.name.count("/")]), m.name, problem, timeout) for m in modules]
+    tasks = size_tasks(modules, problem, timeout, workers)
     reasons: list[str | None] = [None] * len(tasks)
     for i, row in run_tasks(heuristic_decisions, tasks, workers=workers, description="decision counts",
                             progress=progress):  # fmt: skip

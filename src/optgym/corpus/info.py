@@ -13,10 +13,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optgym.corpus.corpus import Corpus, Module
 from optgym.corpus.extract import C_SUFFIXES, CXX_SUFFIXES, OBJC_SUFFIXES
+
+if TYPE_CHECKING:  # the corpus layer imports parallel/ only where it fans out
+    from optgym.parallel.portable import PortableModule
 
 _X_LANGUAGE = {"c": "C", "c++": "C++", "objective-c": "ObjC", "objective-c++": "ObjC++", "cuda": "CUDA"}
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz", "-Ofast")
@@ -100,34 +103,40 @@ def package_of(name: str, has_packages: bool) -> str:
 class SizeTask:
     """One module's heuristic compile (picklable: runs in a worker)."""
 
-    root: str
-    name: str
+    source: PortableModule  # the module, or under Ray its content: see parallel.portable
     problem: str
     timeout: float
 
 
+def size_tasks(modules: Iterable[Module], problem: str, timeout: float, workers: int | None) -> list[SizeTask]:
+    """One :class:`SizeTask` per module, carrying it as :func:`~optgym.parallel.portable.portable_modules` says."""
+    from optgym.parallel.portable import portable_modules
+
+    return [SizeTask(source, problem, timeout) for source in portable_modules(list(modules), workers)]
+
+
 def heuristic_size(task: SizeTask) -> dict[str, Any]:
     """Worker: the module compiled by clang's own heuristic (cached), as a row."""
+    from optgym.parallel.portable import local_module
     from optgym.problems import get_problem
     from optgym.rollout.episode import baseline
     from optgym.toolchain import find_toolchain
 
-    root = Path(task.root)
-    module = Module(task.name, root / f"{task.name}.bc", root / f"{task.name}.cmd")
+    module = local_module(task.source)
     result = baseline(get_problem(task.problem), module, find_toolchain(), timeout=task.timeout)
-    return {"module": task.name, "status": result.status, "detail": result.detail, **result.metrics}
+    return {"module": module.name, "status": result.status, "detail": result.detail, **result.metrics}
 
 
 def heuristic_decisions(task: SizeTask) -> dict[str, Any]:
     """Worker: decision count of the module under clang's heuristic (an interactive compile, cached)."""
     from optgym.corpus.cache import ResultCache
+    from optgym.parallel.portable import local_module
     from optgym.problems import get_problem
     from optgym.rollout import rollout
     from optgym.rollout.simple import heuristic
     from optgym.toolchain import find_toolchain
 
-    root = Path(task.root)
-    module = Module(task.name, root / f"{task.name}.bc", root / f"{task.name}.cmd")
+    module = local_module(task.source)
     problem = get_problem(task.problem)
     toolchain = find_toolchain((problem.hook,))
     cache = ResultCache("decisions")
@@ -136,7 +145,7 @@ def heuristic_decisions(task: SizeTask) -> dict[str, Any]:
         return hit
     out = rollout(problem, module, toolchain, heuristic, timeout=task.timeout)
     row = {
-        "module": task.name,
+        "module": module.name,
         "status": out.result.status,
         "detail": out.result.detail,
         "decisions": int(out.result.decisions),
@@ -184,8 +193,8 @@ def corpus_info(
         pkg["bitcode_bytes"] += size
     mismatches = opt_mismatches((m, wanted[m.name]) for m in corpus)
     heuristic: dict[str, Any] | None = None
-    if sizes and len(corpus):
-        tasks = [SizeTask(str(corpus.root.absolute()), m.name, problem, timeout) for m in corpus]
+    tasks = size_tasks(corpus, problem, timeout, workers) if (sizes or decisions) and len(corpus) else []
+    if sizes and tasks:
         failed: list[dict[str, Any]] = []
         totals: Counter[str] = Counter()
         for _, row in run_tasks(heuristic_size, tasks, workers=workers, description="heuristic sizes",
@@ -199,8 +208,7 @@ def corpus_info(
                 pkg[key] = pkg.get(key, 0) + row[key]
         heuristic = {"problem": problem, **totals, "failed": len(failed), "failures": failed[:20]}
     counted: dict[str, Any] | None = None
-    if decisions and len(corpus):
-        tasks = [SizeTask(str(corpus.root.absolute()), m.name, problem, timeout) for m in corpus]
+    if decisions and tasks:
         totals = Counter()
         failed = []
         for _, row in run_tasks(heuristic_decisions, tasks, workers=workers, description="decisions",

@@ -17,7 +17,7 @@ from typing import Any
 from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
 from optgym.parallel import TaskFailed, run_tasks
-from optgym.parallel.portable import ModuleRef, portable_modules, portable_policy
+from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
 from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
@@ -52,14 +52,13 @@ class ModuleRow:
 @dataclass(frozen=True)
 class _Task:
     problem: str
-    corpus: str
+    source: PortableModule  # the module, or under Ray its content (workers need not see the corpus)
     module: str
     policy: PolicyFactory
     mode: str  # "eval" (greedy) or "collect" (stochastic)
     seed: int
     timeout: float
     transcript_dir: str | None = None  # record exchanges there (bypasses the cache: a hit records nothing)
-    ref: ModuleRef | None = None  # the module by content (Ray workers need not see ``corpus``); else read there
 
 
 def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> tuple[EpisodeResult, int]:
@@ -88,7 +87,7 @@ def evaluate_module(task: _Task) -> ModuleRow:
     """Worker: one module, heuristic vs policy (and never-inline for reference)."""
     problem = get_problem(task.problem)
     toolchain = find_toolchain((problem.hook,))
-    module = task.ref.materialize() if task.ref is not None else Corpus(task.corpus)[task.module]
+    module = local_module(task.source)
     base = baseline(problem, module, toolchain, timeout=task.timeout)
     if not base.ok:
         return ModuleRow(task.module, None, None, None, None, None, None, 0, 0, base.compile_seconds,
@@ -173,9 +172,9 @@ def evaluate(
     factory = portable_policy(resolve_policy(policy), workers)  # under Ray, a policy directory travels too
     names = list(modules) if modules is not None else [m.name for m in corpus]
     transcripts = str(transcript_dir) if transcript_dir else None
-    refs = portable_modules([corpus.module(n) for n in names], workers)  # None unless the fan-out goes to Ray
-    tasks = [_Task(problem, str(corpus.root), n, factory, mode, seed + i, timeout, transcripts,
-                   refs[i] if refs else None) for i, n in enumerate(names)]  # fmt: skip
+    sources = portable_modules([corpus.module(n) for n in names], workers)
+    tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts)
+             for i, (n, source) in enumerate(zip(names, sources, strict=True))]  # fmt: skip
     rows: list[ModuleRow | None] = [None] * len(tasks)
     totals = {"h": 0, "p": 0}
 

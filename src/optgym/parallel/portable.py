@@ -10,6 +10,9 @@ directory is published, so a corrupt transfer can never poison the cache.
 
 :class:`TreeRef` does the same for a file or directory (``$OPTGYM_CACHE_DIR/trees/<digest>/``), and
 :func:`portable_policy` uses it for the policy directory a trained policy's factory names by path.
+
+Every fan-out over corpus modules makes its tasks with :func:`portable_modules` (refs under Ray, the modules
+themselves locally) and opens the module in the task with :func:`local_module`, so no task names a corpus path.
 """
 
 from __future__ import annotations
@@ -209,15 +212,46 @@ def forget_uploads() -> None:
     _uploads.clear()
 
 
+#: What a task carries for a module: the :class:`Module` (local workers read the corpus where it is) or, when
+#: the fan-out goes to Ray, a :class:`ModuleRef`; a worker turns either into files with :func:`local_module`.
+PortableModule = Module | ModuleRef
+#: The same for a file or directory (a policy template): its path, or a :class:`TreeRef`; see :func:`local_path`.
+PortablePath = str | Path | TreeRef
+
+
 def portable_modules(
     modules: Sequence[Module], workers: int | None = None, ray_address: str | None = None
-) -> list[ModuleRef] | None:
-    """Content refs for ``modules`` when a fan-out with these arguments goes to Ray (see
-    :func:`~optgym.parallel.get_executor`), else ``None``: local workers read the corpus where it is."""
+) -> list[PortableModule]:
+    """What the tasks of a fan-out with these arguments should carry for ``modules``: content refs when it goes
+    to Ray (see :func:`~optgym.parallel.get_executor`), else the modules themselves.
+
+    Every fan-out over corpus modules (evaluate, trace, search, ES, corpus info) goes through this, so none of
+    them needs the corpus path on a worker. Locally the modules pass as they are: carrying their bytes would
+    pickle every bitcode into every task and write a second copy of the corpus into the cache, for workers that
+    can read the files anyway.
+    """
     from optgym.parallel.executor import ray_backend_address
 
     address = ray_backend_address(workers, ray_address)
-    return upload(modules, address) if address is not None else None
+    return upload(modules, address) if address is not None else list(modules)
+
+
+def local_module(module: PortableModule) -> Module:
+    """On a worker: the module of :func:`portable_modules` as files on this node."""
+    return module.materialize() if isinstance(module, ModuleRef) else module
+
+
+def portable_path(path: str | Path, workers: int | None = None, ray_address: str | None = None) -> PortablePath:
+    """``path`` as a task of such a fan-out should carry it: a :class:`TreeRef` under Ray, else the path."""
+    from optgym.parallel.executor import ray_backend_address
+
+    address = ray_backend_address(workers, ray_address)
+    return upload_tree(path, address) if address is not None else path
+
+
+def local_path(path: PortablePath) -> str | Path:
+    """On a worker: the file or directory of :func:`portable_path` on this node."""
+    return path.materialize() if isinstance(path, TreeRef) else path
 
 
 def portable_policy(

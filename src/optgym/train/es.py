@@ -27,6 +27,14 @@ import numpy as np
 
 from optgym.corpus import Corpus
 from optgym.parallel import run_tasks
+from optgym.parallel.portable import (
+    PortableModule,
+    PortablePath,
+    local_module,
+    local_path,
+    portable_modules,
+    portable_path,
+)
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot, policy_dir_of
 from optgym.problems.normalize import Vocab
@@ -68,9 +76,9 @@ class ESConfig:
 @dataclass(frozen=True)
 class ESTask:
     problem: str
-    corpus: str
+    source: PortableModule  # the module, or under Ray its content: see parallel.portable
     module: str
-    policy_dir: str  # architecture and vocab; the weights come from ``params``
+    policy_dir: PortablePath  # architecture and vocab (under Ray by content); the weights come from ``params``
     params: np.ndarray
     timeout: float
     key: tuple[int, int]  # (direction, sign)
@@ -82,21 +90,21 @@ def _template(policy_dir: str) -> MLPPolicy:
 
 
 @functools.lru_cache(maxsize=4)
-def _context(problem_name: str, corpus: str):
+def _context(problem_name: str):
     from optgym.problems import get_problem
     from optgym.toolchain import find_toolchain
 
     problem = get_problem(problem_name)
-    return problem, find_toolchain((problem.hook,)), Corpus(corpus)
+    return problem, find_toolchain((problem.hook,))
 
 
 def es_rollout(task: ESTask) -> dict[str, Any]:
     """Worker: one module compiled by the perturbed policy; its reward against the heuristic."""
     from optgym.rollout import baseline, rollout
 
-    problem, toolchain, corpus = _context(task.problem, task.corpus)
-    module = corpus[task.module]
-    policy = _template(task.policy_dir).with_parameters(task.params.astype(np.float64))
+    problem, toolchain = _context(task.problem)
+    module = local_module(task.source)
+    policy = _template(str(local_path(task.policy_dir))).with_parameters(task.params.astype(np.float64))
     base = baseline(problem, module, toolchain, timeout=task.timeout)
     run = rollout(problem, module, toolchain, policy, timeout=task.timeout)
     out = {"module": task.module, "key": task.key, "status": run.result.status, "decisions": run.result.decisions}
@@ -141,7 +149,9 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         prepare_run_dir(run, resume=False)
         write_config(run, "es", asdict(cfg))
     vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
-    modules = [m.name for m in Corpus(cfg.corpus, split=cfg.split)]
+    corpus = list(Corpus(cfg.corpus, split=cfg.split))
+    modules = [m.name for m in corpus]
+    sources = dict(zip(modules, portable_modules(corpus, cfg.workers), strict=True))  # under Ray: by content
 
     # θ and the optimizer: from the latest snapshot, the warm start, or a fresh small network
     last = latest_snapshot(run) if resume else None
@@ -178,6 +188,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     template = run / "template"
     if not (template / "policy.json").exists():
         policy.save(template)
+    shipped = portable_path(str(template), cfg.workers)
 
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv")
@@ -190,7 +201,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             batch = sorted(rng.choice(modules, cfg.modules_per_iteration, replace=False).tolist())
         eps = rng.standard_normal((cfg.directions, theta.size))
         tasks = [
-            ESTask(cfg.problem, cfg.corpus, m, str(template), (theta + sign * cfg.sigma * eps[i]).astype(np.float32),
+            ESTask(cfg.problem, sources[m], m, shipped, (theta + sign * cfg.sigma * eps[i]).astype(np.float32),
                    cfg.timeout, (i, sign))
             for i in range(cfg.directions) for sign in (1, -1) for m in batch
         ]  # fmt: skip

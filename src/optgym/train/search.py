@@ -48,6 +48,7 @@ interrupted ones where their last checkpoint left them, and extends modules whos
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -70,7 +71,8 @@ from optgym.corpus import Corpus, Module
 from optgym.corpus.corpus import atomic_write_bytes
 from optgym.errors import OptgymError
 from optgym.files import read_versioned
-from optgym.parallel import run_tasks
+from optgym.parallel import ray_backend_address, run_tasks
+from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
 from optgym.problems import Problem, get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
@@ -114,9 +116,9 @@ class SearchConfig:
 class ModuleTask:
     """What a worker needs to search one module (picklable)."""
 
-    corpus: str
+    source: PortableModule  # the module, or under Ray its content: see parallel.portable
     module: str
-    record: str  # the module's record path without suffix
+    record: str  # the module's record path without suffix (on the driver: see DetachedTask)
     problem: str
     start: PolicyFactory
     budget: int
@@ -439,7 +441,7 @@ def search_module(task: ModuleTask) -> dict[str, Any]:
     start policy (resume or a larger budget), else from the start policy's compile."""
     problem = get_problem(task.problem)
     toolchain = find_toolchain((problem.hook,))
-    module = Corpus(task.corpus)[task.module]
+    module = local_module(task.source)
     stem = Path(task.record)
     stem.parent.mkdir(parents=True, exist_ok=True)
     rec = read_record(stem)
@@ -484,6 +486,48 @@ def search_module(task: ModuleTask) -> dict[str, Any]:
         return summary_row(rec)
     finally:
         compiler.close()
+
+
+#: The files of a module's record, by suffix (see the module doc).
+RECORD_SUFFIXES = (".json", ".parquet")
+
+
+def read_record_files(stem: Path | str) -> dict[str, bytes]:
+    """A module's record files as bytes, by suffix (those that exist)."""
+    paths = {suffix: Path(stem).with_suffix(suffix) for suffix in RECORD_SUFFIXES}
+    return {suffix: path.read_bytes() for suffix, path in paths.items() if path.exists()}
+
+
+def write_record_files(stem: Path | str, files: dict[str, bytes], old: dict[str, bytes]) -> None:
+    """The record files a detached worker returned, written (atomically) where they differ from ``old``."""
+    for suffix, data in files.items():
+        if old.get(suffix) != data:
+            Path(stem).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(Path(stem).with_suffix(suffix), data)
+
+
+@dataclass(frozen=True)
+class DetachedTask:
+    """A module's search for a worker that does not share the driver's filesystem (Ray): the task and the
+    record files the driver has for it, so a rerun resumes there as it does locally."""
+
+    task: ModuleTask
+    files: dict[str, bytes]
+
+
+def search_module_detached(job: DetachedTask) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Worker: :func:`search_module` in a scratch copy of the module's record; the summary row and the record
+    files come back as the return value, for the driver to write (nothing stays on the worker's node).
+
+    The price of being detached: the checkpoints taken during the module live in the scratch copy, so a
+    driver or worker killed mid-module loses that module's progress since its last return (Ray retries a
+    lost worker's task from the record the driver had)."""
+    with tempfile.TemporaryDirectory(prefix="optgym-search-record-") as tmp:
+        stem = Path(tmp) / Path(job.task.record).name
+        for suffix, data in job.files.items():
+            stem.with_suffix(suffix).write_bytes(data)
+        row = search_module(dataclasses.replace(job.task, record=str(stem)))
+        return row, read_record_files(stem)
 
 
 def restore_best(search: ModuleSearch) -> bool:
@@ -727,17 +771,27 @@ def search(cfg: SearchConfig, *, progress: bool = True, say: Callable[[str], Any
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(root / META, json.dumps({**meta, "summary": None}, indent=2).encode())
 
-    tasks = [ModuleTask(corpus_path, m.name, str(record_stem(root, m.name)), cfg.problem, start, cfg.budget,
+    sources = portable_modules(modules, cfg.workers)  # under Ray: by content, with a trained start policy's files
+    shipped = portable_policy(start, cfg.workers)
+    tasks = [ModuleTask(source, m.name, str(record_stem(root, m.name)), cfg.problem, shipped, cfg.budget,
                         cfg.min_decisions, cfg.focus, cfg.patience, cfg.evolve, cfg.seed, cfg.timeout)
-             for m in modules]  # fmt: skip
+             for m, source in zip(modules, sources, strict=True)]  # fmt: skip
+    detached = ray_backend_address(cfg.workers) is not None  # records travel to and from the workers
     rows: list[dict[str, Any]] = []
     totals = {"h": 0, "b": 0}
 
     def status() -> str:
         return f"best/heuristic {totals['b'] / totals['h']:.4f}" if totals["h"] else ""
 
-    for _, row in run_tasks(search_module, tasks, workers=cfg.workers, description="search", status=status,
+    jobs: list[Any] = [DetachedTask(t, read_record_files(t.record)) for t in tasks] if detached else tasks
+    worker: Callable[[Any], Any] = search_module_detached if detached else search_module
+    for i, out in run_tasks(worker, jobs, workers=cfg.workers, description="search", status=status,
                             progress=progress):  # fmt: skip
+        if detached:
+            row, files = out
+            write_record_files(tasks[i].record, files, jobs[i].files)
+        else:
+            row = out
         rows.append(row)
         if row["status"] in ("budget", "converged"):
             totals["h"] += row["heuristic_text_bytes"]

@@ -36,6 +36,7 @@ from optgym.corpus.corpus import atomic_write_bytes
 from optgym.errors import OptgymError
 from optgym.files import read_versioned
 from optgym.parallel import run_tasks
+from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
@@ -56,8 +57,7 @@ class TraceError(OptgymError):
 @dataclass(frozen=True)
 class TraceTask:
     problem: str
-    corpus: str
-    split: str | None
+    source: PortableModule  # the module, or under Ray its content: see parallel.portable
     module: str
     policy: PolicyFactory
     mode: str
@@ -105,7 +105,7 @@ def trace_module(task: TraceTask) -> ModuleTrace:
     """Worker: compile one module with the task's policy and return its decisions and sizes."""
     problem = get_problem(task.problem)
     toolchain = find_toolchain((problem.hook,))
-    module = Corpus(task.corpus)[task.module]
+    module = local_module(task.source)
     recorder = _Recorder(build_policy(task.policy, task.mode, task.seed))
     run = rollout(problem, module, toolchain, recorder, timeout=task.timeout)
     res, traj = run.result, run.trajectory
@@ -290,8 +290,10 @@ def trace(
     the_corpus = Corpus(corpus, split=split)
     names = list(modules) if modules is not None else [m.name for m in the_corpus]
     names = sample_modules(names, sampling_rate, seed)
-    tasks = [TraceTask(problem, str(Path(corpus).resolve()), split, n, factory, mode, seed + i, timeout)
-             for i, n in enumerate(names)]  # fmt: skip
+    sources = portable_modules([the_corpus.module(n) for n in names], workers)  # under Ray: by content
+    shipped = portable_policy(factory, workers)  # and a trained policy's directory too
+    tasks = [TraceTask(problem, source, n, shipped, mode, seed + i, timeout)
+             for i, (n, source) in enumerate(zip(names, sources, strict=True))]  # fmt: skip
     writer = TraceWriter(output)
     done = {"h": 0, "p": 0}
 
