@@ -127,6 +127,15 @@ PACKAGE_CONFIGURE_ARGS: dict[str, tuple[str, ...]] = {
         "-DHAVE_CXX_FLAG_PEDANTIC_ERRORS=OFF",
     ),
     "lua5.4": ("LIBTOOL=libtool --quiet",),
+    # the +dfsg source drops examples/, which the demos, extras and unit tests are built from
+    "bullet": (
+        "-DBUILD_BULLET2_DEMOS=OFF",
+        "-DBUILD_CPU_DEMOS=OFF",
+        "-DBUILD_OPENGL3_DEMOS=OFF",
+        "-DBUILD_EXTRAS=OFF",
+        "-DBUILD_UNIT_TESTS=OFF",
+        "-DBUILD_PYBULLET=OFF",
+    ),
 }
 #: Files ``debian/rules`` generates before the upstream build, by path in the source tree (``{multiarch}``:
 #: ``DEB_HOST_MULTIARCH``): lua5.4's patched luaconf.h includes a header its rules write at configure time.
