@@ -103,6 +103,29 @@ def test_everything_else_passes_straight_through(tmp_path, args):
     assert (ours.returncode, ours.stdout, ours.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr)
 
 
+def _servers(runtime: Path) -> list[psutil.Process]:
+    commands = ((p, " ".join(p.info["cmdline"] or [])) for p in psutil.process_iter(["cmdline"]))
+    return [p for p, cmd in commands if "optgym.serve.server" in cmd and str(runtime) in cmd]
+
+
+def test_simultaneous_compiles_start_one_server_for_cc_and_cxx(tmp_path):
+    """A parallel build's first compiles arrive together: one server starts (the launcher's lock), and
+    C and C++ compiles share it — each further server would load the policy on the build's critical path."""
+    runtime = tmp_path / "r"
+    runtime.mkdir()
+    (tmp_path / "lib.c").write_text(LIB_C)
+    (tmp_path / "main.cpp").write_text(MAIN_CPP)
+    env = {**os.environ, "OPTGYM_POLICY": "never", "OPTGYM_STRICT": "1", "XDG_RUNTIME_DIR": str(runtime)}
+    jobs = [subprocess.Popen([CC if src.endswith(".c") else CXX, "-Oz", "-c", src, "-o", f"{i}.o"], cwd=tmp_path,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, src in enumerate(["lib.c", "main.cpp"] * 3)]  # fmt: skip
+    for job in jobs:
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0 and err == "", err
+    assert len(_servers(runtime)) == 1
+    assert len(list((runtime / "optgym").glob("serve-*.sock"))) == 1
+
+
 def test_corrupt_policy_falls_back_with_one_warning(tmp_path):
     policy = tmp_path / "policy"
     policy.mkdir()

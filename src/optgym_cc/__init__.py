@@ -20,7 +20,14 @@ import os
 import sys
 
 # Only `os` and `sys` at import: a pass-through call (linking, -O2, --version…) must cost no more than
-# the interpreter's start. What serving needs (hashlib, json, socket, time) is imported on that path.
+# the interpreter's start. Serving imports only C modules that load in ~0.2 ms each: `_socket`, not
+# `socket` (6 ms: enum, selectors…); `marshal` (built in), not `json` (6 ms: re…); `_sha256`/`_sha2`,
+# not `hashlib` (2.4 ms: OpenSSL). Measured with `python -X importtime`; at one launcher per compile,
+# `socket` + `json` + `hashlib` were ~14 ms of CPU per compile — a tenth of a build's extra CPU.
+
+#: Bumped whenever the launcher↔server messages change: part of the server's socket name, so a
+#: launcher never talks to a server of another version that is still idling.
+PROTOCOL = "2"
 
 DEFAULT_POLICY = "heuristic"
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
@@ -81,67 +88,118 @@ def _runtime_root() -> str:
     return root
 
 
-def _server_socket(policy: str, clang: str) -> str:
-    import hashlib
+def _sha256_hex(data: bytes) -> str:
+    try:  # CPython's own sha256, without hashlib's OpenSSL load
+        from _sha256 import sha256  # 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
 
-    ident = [policy, clang, sys.executable]
+
+def _server_socket(policy: str, clang: str) -> str:
+    """The socket of the server for this policy, toolchain, interpreter and protocol.
+
+    Keyed by clang's *directory*, not the driver: ``optgym-cc`` and ``optgym-c++`` of one build share
+    one server (it runs whichever driver the request names), so a C/C++ project loads the policy once.
+    The interpreter is part of the key, so both ends speak the same ``marshal``.
+    """
+    ident = [PROTOCOL, policy, os.path.dirname(clang), sys.executable]
     if os.path.exists(policy):
         st = os.stat(policy)
         ident += [os.path.realpath(policy), str(st.st_ino), str(st.st_mtime_ns)]
-    return os.path.join(_runtime_root(), f"serve-{hashlib.sha256(chr(0).join(ident).encode()).hexdigest()[:16]}.sock")
+    return os.path.join(_runtime_root(), f"serve-{_sha256_hex(chr(0).join(ident).encode())[:16]}.sock")
 
 
-def _connect(policy: str, clang: str):
-    """A connection to this policy's server, starting the server if none is listening."""
-    import socket
-    import time
-
-    path = _server_socket(policy, clang)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-        return sock
-    except (FileNotFoundError, ConnectionRefusedError):
-        pass
+def _spawn_server(path: str, policy: str, lock_fd: int) -> int:
+    """Start the policy server in its own session, handing it ``lock_fd`` (held for its whole life)."""
     log = path[: -len(".sock")] + ".log"
     with open(log, "ab") as log_file:
         argv = [sys.executable, "-m", "optgym.serve.server", "--socket", path, "--policy", policy]
-        argv += ["--idle", os.environ.get("OPTGYM_SERVER_IDLE", "60")]
+        argv += ["--idle", os.environ.get("OPTGYM_SERVER_IDLE", "60"), "--lock-fd", str(lock_fd)]
         stdio = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_DUP2, log_file.fileno(), 1),
             (os.POSIX_SPAWN_DUP2, log_file.fileno(), 2),
         ]
-        pid = os.posix_spawn(sys.executable, argv, dict(os.environ), setsid=True, file_actions=stdio)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+        # The server skips gymnasium's registration (see optgym/__init__.py): a third of its start.
+        env = {**os.environ, "OPTGYM_NO_GYMNASIUM": "1"}
+        os.set_inheritable(lock_fd, True)
         try:
-            sock.connect(path)
-            return sock
-        except (FileNotFoundError, ConnectionRefusedError):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:  # the server died while starting: say why
-                with open(log, "rb") as f:
+            return os.posix_spawn(sys.executable, argv, env, setsid=True, file_actions=stdio)
+        finally:
+            os.set_inheritable(lock_fd, False)
+
+
+def _connect(policy: str, clang: str):  # -> _socket.socket
+    """A connection to this policy's server, starting the server if none is listening.
+
+    Exactly one server starts, however many compiles of a parallel build arrive at once: the one
+    launcher that takes ``serve-….lock`` (``flock``) spawns it and hands it the lock, which it holds
+    until it exits; the others wait for its socket. (Without the lock, ``-j N`` started up to N
+    servers, each loading the policy and all but one never used, on the build's critical path.)
+    """
+    import _socket
+
+    path = _server_socket(policy, clang)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        return sock
+    except (FileNotFoundError, ConnectionRefusedError):
+        pass
+    import fcntl
+    import time
+
+    lock_fd = os.open(path[: -len(".sock")] + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    pid = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if pid is None:
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # a server is starting (or exiting): wait for its socket, or for the lock
+                else:
+                    pid = _spawn_server(path, policy, lock_fd)
+            try:
+                sock.connect(path)
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError):
+                pass
+            if pid is not None and os.waitpid(pid, os.WNOHANG)[0]:  # it died while starting: say why
+                with open(path[: -len(".sock")] + ".log", "rb") as f:
                     tail = f.read()[-300:].decode("utf-8", "replace").strip().splitlines()
-                raise OSError(f"the policy server did not start: {tail[-1] if tail else 'no output'}") from None
-            time.sleep(0.01)
-    raise OSError(f"the policy server did not answer within 60 s (log: {log})")
+                raise OSError(f"the policy server did not start: {tail[-1] if tail else 'no output'}")
+            time.sleep(0.002)
+    finally:
+        os.close(lock_fd)
+    raise OSError(f"the policy server did not answer within 60 s (log: {path[: -len('.sock')]}.log)")
 
 
 def _serve(clang: str, args: list[str], policy: str) -> dict:
-    import json
-    import socket
+    """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
+    and wait for its one reply, read to the end of the connection."""
+    import _socket
+    import marshal
 
     sock = _connect(policy, clang)
-    request = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
-    socket.send_fds(sock, [json.dumps(request).encode()], [1, 2])
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise OSError("the policy server went away mid-compile")
-        reply += chunk
-    return json.loads(reply)
+    request = marshal.dumps({"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)})
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
+    sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    try:
+        reply = marshal.loads(b"".join(chunks))
+    except (EOFError, ValueError, TypeError):
+        raise OSError("the policy server went away mid-compile") from None
+    if not isinstance(reply, dict):
+        raise OSError("the policy server sent a malformed reply")
+    return reply
 
 
 def _main(driver: str) -> None:

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from gymnasium import spaces
 
 from optgym.errors import OptgymError
 from optgym.protocol import Header, Observation, TensorSpec, encode_tensor
+
+if TYPE_CHECKING:  # gymnasium only where spaces are built: the policy server never imports it
+    from gymnasium import spaces
 
 Metrics = dict[str, float]
 
@@ -137,6 +139,8 @@ class Problem(ABC):
 
     def observation_space(self) -> spaces.Dict:
         """A ``Dict`` of the visible features, each a ``Box`` of its own shape and dtype."""
+        from gymnasium import spaces
+
         boxes = {}
         for spec in self.expected_features():
             if spec.name in self.hidden_features:

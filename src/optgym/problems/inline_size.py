@@ -12,13 +12,16 @@ object (``.text*`` + ``.rodata*`` + ``.eh_frame`` + ``.gcc_except_table*``), δ 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-from gymnasium import spaces
 
 from optgym.problems.base import FeatureView, Metrics, Problem, register
 from optgym.protocol import Observation, TensorSpec
 from optgym.toolchain.sizes import object_sizes
+
+if TYPE_CHECKING:
+    from gymnasium import spaces
 
 #: The features clang-22's inline advisor sends (llvm/Analysis/InlineModelFeatureMaps.h), by name.
 FEATURES = (
@@ -67,6 +70,8 @@ class InlineSize(Problem):
         return tuple(TensorSpec(name, "int64_t", (1,)) for name in (*FEATURES, HEURISTIC))
 
     def action_space(self) -> spaces.Discrete:
+        from gymnasium import spaces  # not at import: the policy server never needs gymnasium
+
         return spaces.Discrete(2)
 
     def heuristic_action(self, view: FeatureView, obs: Observation) -> int:

@@ -1,10 +1,17 @@
 """The policy server: runs compiles for ``optgym-cc`` launchers and answers their decisions.
 
-One server per (policy, compiler) listens on a Unix socket in optgym's private runtime directory.
-A launcher connects, sends the compile's argv, cwd and environment with its stdout/stderr file
-descriptors (``SCM_RIGHTS``), and waits for one JSON reply. The server starts clang exactly as the
-build asked plus the channel flags, with the launcher's stdio, so the build sees clang's own output;
-it answers every decision with the policy, and replies with clang's exit status.
+One server per (policy, toolchain) listens on a Unix socket in optgym's private runtime directory.
+A launcher connects, sends the compile's argv, cwd and environment (``marshal``: both ends are the
+same interpreter, and ``json`` would cost every launcher 6 ms of imports) with its stdout/stderr
+file descriptors (``SCM_RIGHTS``), and reads one ``marshal``-ed reply to the end of the connection.
+The server starts clang exactly as the build asked plus the channel flags, with the launcher's
+stdio, so the build sees clang's own output; it answers every decision with the policy, and replies
+with clang's exit status.
+
+A cold build waits for the server's start, so it is kept short: one server however many compiles
+arrive at once (the launcher's ``flock``, handed to the server and held until it exits), no
+gymnasium (``OPTGYM_NO_GYMNASIUM``), exported policies served by numpy rather than onnxruntime
+(:mod:`optgym.policies.embedded`), and the compiler check running beside the policy load.
 
 Falling back never breaks a build: when the policy does not fit this compiler (feature names or
 compiler version differ from the ones it was trained with) every decision gets clang's own answer
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import marshal
 import os
 import signal
 import socket
@@ -59,12 +66,30 @@ def _fits(policy: Any, problem: Problem, header, compiler_version: str) -> str |
     return None
 
 
+def _find_toolchain(hook: str, out: list[Any]) -> None:
+    """``find_toolchain`` for a thread: its result, or the exception, in ``out``."""
+    try:
+        out.append(find_toolchain((hook,)))
+    except BaseException as e:  # handed to the thread that waits for it
+        out.append(e)
+
+
 class Server:
     def __init__(self, policy_spec: str, problem: str = "inline-size") -> None:
+        """Load the policy and check the compiler, concurrently: the compiler check is two clang runs
+        (``--version`` and the hooks), the load is Python work, and a cold build waits for both."""
         self.problem = get_problem(problem)
-        self.toolchain = find_toolchain((self.problem.hook,))
-        factory = resolve_policy(policy_spec)
-        self.policy = factory.build(seed=0) if factory.stochastic else factory.build()
+        found: list[Any] = []
+        probe = threading.Thread(target=_find_toolchain, args=(self.problem.hook, found), daemon=True)
+        probe.start()
+        try:
+            factory = resolve_policy(policy_spec)
+            self.policy = factory.build(seed=0) if factory.stochastic else factory.build()
+        finally:
+            probe.join()
+        if isinstance(found[0], BaseException):
+            raise found[0]
+        self.toolchain = found[0]
         self.policy_spec = policy_spec
         self.active = 0
         self.lock = threading.Lock()
@@ -77,8 +102,12 @@ class Server:
         try:
             reply = self._compile(conn)
             with contextlib.suppress(OSError):
-                conn.sendall(json.dumps(reply).encode() + b"\n")
+                conn.sendall(marshal.dumps(reply))
         finally:
+            # shutdown, not just close: the launcher reads to the end of the connection, and _watch's
+            # recv() in another thread keeps the socket open past a plain close()
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
             conn.close()
             with self.lock:
                 self.active -= 1
@@ -87,21 +116,21 @@ class Server:
     def _compile(self, conn: socket.socket) -> dict[str, Any]:
         message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
         try:
-            request = json.loads(message)
+            request = marshal.loads(message)
             stdout_fd, stderr_fd = fds
-        except (ValueError, TypeError):
+            argv, cwd, env = request["argv"], request["cwd"], request["env"]
+        except (ValueError, TypeError, EOFError, KeyError):
             for fd in fds:
                 os.close(fd)
             return {"fallback": True, "warning": "malformed request from the launcher"}
         problem, flags = self.problem, self.problem.compile_flags()
-        argv = request["argv"]
         compile_ = InteractiveCompile(
             lambda base: [*argv, *flags, *problem.channel_flags(base)],
             timeout=float(request.get("timeout", DEFAULT_TIMEOUT)),
             stdout=stdout_fd,
             stderr=stderr_fd,
-            cwd=request["cwd"],
-            env=request["env"],
+            cwd=cwd,
+            env=env,
         )
         try:
             threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
@@ -150,7 +179,7 @@ class Server:
 def serve(socket_path: str, policy_spec: str, idle: float) -> None:
     """Listen on ``socket_path`` until ``idle`` seconds pass with no compile running."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    tmp = f"{socket_path}.{os.getpid()}.tmp"
+    tmp = os.path.join(os.path.dirname(socket_path), f".{os.getpid()}.tmp")  # shorter than the name: AF_UNIX's 108
     listener.bind(tmp)
     inode = os.stat(tmp).st_ino
     listener.listen(64)
@@ -169,12 +198,30 @@ def serve(socket_path: str, policy_spec: str, idle: float) -> None:
             except TimeoutError:
                 with server.lock:
                     if server.active == 0 and time.monotonic() - server.last_activity > idle:
-                        return
+                        break
                 continue
             threading.Thread(target=server.handle, args=(conn,), daemon=True).start()
-    finally:
+        # Leaving: first the name goes (new launchers start a new server, which waits for our lock),
+        # then every launcher that connected before that is still served — closing the listener
+        # with connections in its backlog would fail their compiles.
         with contextlib.suppress(FileNotFoundError):
             if os.stat(socket_path).st_ino == inode:  # still ours, not a newer server's
+                os.unlink(socket_path)
+        listener.setblocking(False)
+        workers = []
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                break
+            conn.setblocking(True)
+            workers.append(threading.Thread(target=server.handle, args=(conn,)))
+            workers[-1].start()
+        for worker in workers:
+            worker.join()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(socket_path).st_ino == inode:
                 os.unlink(socket_path)
         listener.close()
 
@@ -184,7 +231,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--policy", required=True)
     parser.add_argument("--idle", type=float, default=60.0, help="exit after this many idle seconds")
+    parser.add_argument("--lock-fd", type=int, help="the launcher's start lock, held until this server exits")
     args = parser.parse_args(argv)
+    if args.lock_fd is not None:  # kept open (not inherited by compiles): released when this process ends
+        os.set_inheritable(args.lock_fd, False)
     try:
         serve(args.socket, args.policy, args.idle)
     except OptgymError as e:
