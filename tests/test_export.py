@@ -1,5 +1,6 @@
-"""``optgym export``: the ONNX file decides exactly as the training policy, serves builds without torch,
-carries its provenance, and is refused — clearly — when damaged."""
+"""``optgym export``: the ONNX file decides exactly as the training policy — its graph on onnxruntime and
+its embedded numpy policy alike —, serves builds without torch, onnx or gymnasium, carries its
+provenance, and is refused — clearly — when damaged."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from optgym.cli import app
 from optgym.corpus import Corpus
 from optgym.policies import resolve_policy
+from optgym.policies.embedded import GRAPH_SHA_KEY, POLICY_KEY, ExportedPolicy, load_embedded, read_model_fields
 from optgym.policies.export import ExportError, OnnxPolicy
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
@@ -116,6 +118,16 @@ def test_export_decides_exactly_as_the_training_policy(which, bc_run, coin_run, 
         sampled = [exported.stochastic(seed=1)(_Point(v, h)) for v, h in zip(vectors[:50], heuristic[:50], strict=True)]
         assert {a for a, _ in sampled} <= {0, 1} and all(lp <= 0 for _, lp in sampled)
 
+    # What optgym serves: the embedded numpy policy. On the same inputs it decides as onnxruntime runs
+    # the graph, decision by decision, and computes the training policy's logits bit for bit.
+    served = resolve_policy(str(work / f"{which}.onnx")).build()
+    assert isinstance(served, ExportedPolicy)
+    numpy_ours = [served(_Point(v, h)) for v, h in zip(vectors, heuristic, strict=True)]
+    assert [a for a, _ in numpy_ours] == [a for a, _ in ours] == [a for a, _ in theirs]
+    assert [lp for _, lp in numpy_ours] == [lp for _, lp in theirs]
+    assert np.array_equal(served.logits(vectors, heuristic), trained.logits(vectors, heuristic))
+    assert np.array_equal(served.logits(vectors, heuristic).argmax(-1), actions)
+
 
 def test_export_in_the_compile_loop_and_its_metadata(bc_run, corpus, toolchain, work):
     path = _export(bc_run, work / "policy.onnx")
@@ -147,13 +159,15 @@ def test_export_in_the_compile_loop_and_its_metadata(bc_run, corpus, toolchain, 
 
 def test_serving_an_export_needs_neither_torch_nor_sb3(bc_run, work, tmp_path):
     path = _export(bc_run, work / "served.onnx")
+    heavy = ("torch", "stable_baselines3", "onnx", "onnxruntime", "gymnasium")
     probe = (
         "import sys; from optgym.serve.server import Server; s = Server(sys.argv[1]); "
-        "print(type(s.policy).__name__, sorted(m for m in ('torch', 'stable_baselines3') if m in sys.modules))"
+        f"print(type(s.policy).__name__, sorted(m for m in {heavy!r} if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OPTGYM_NO_GYMNASIUM": "1"})  # as the launcher starts it  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["OnnxPolicy", "[]"]
+    assert out.stdout.split() == ["ExportedPolicy", "[]"]
 
     (tmp_path / "x.c").write_text(SOURCE + "int main(void) { return apply(twice, 3); }\n")
     env = {**os.environ, "OPTGYM_SERVER_IDLE": "5"}
@@ -202,6 +216,47 @@ def test_a_damaged_export_is_refused_clearly(bc_run, work, tmp_path):
     strict = subprocess.run([CC, "-Oz", "-c", "x.c", "-o", "y.o"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300, env={**env, "OPTGYM_STRICT": "1"})  # fmt: skip
     assert strict.returncode != 0 and "optgym-cc: error:" in strict.stderr and "is damaged" in strict.stderr
+
+
+def test_the_embedded_policy_is_read_without_onnx_and_checked(bc_run, work, tmp_path):
+    import onnx
+
+    good = _export(bc_run, work / "embedded.onnx").read_bytes()
+    model = onnx.load_model_from_string(good)
+    graph, props = read_model_fields(good)  # the hand-written wire reader agrees with protobuf's
+    assert graph == model.graph.SerializeToString()
+    assert props == {p.key: p.value for p in model.metadata_props}
+    assert POLICY_KEY in props and GRAPH_SHA_KEY in props
+    trained = MLPPolicy.load(bc_run / "policy")
+    probe = np.random.default_rng(3).integers(0, 1 << 10, size=(64, len(trained.feature_names))).astype(np.float64)
+
+    # re-saved by another ONNX tool (the graph's bytes differ, not what it computes): full check, then numpy
+    model.graph.doc_string = "re-saved"
+    (tmp_path / "resaved.onnx").write_bytes(model.SerializeToString())
+    resaved = load_embedded(tmp_path / "resaved.onnx")
+    assert isinstance(resaved, ExportedPolicy) and np.array_equal(resaved.logits(probe), trained.logits(probe))
+
+    # an export of an older optgym (no embedded policy) runs its graph on onnxruntime, as before
+    old = onnx.load_model_from_string(good)
+    keep = [(p.key, p.value) for p in old.metadata_props if p.key not in (POLICY_KEY, GRAPH_SHA_KEY)]
+    del old.metadata_props[:]
+    onnx.helper.set_model_props(old, dict(keep))
+    (tmp_path / "old.onnx").write_bytes(old.SerializeToString())
+    assert load_embedded(tmp_path / "old.onnx") is None
+    assert isinstance(resolve_policy(str(tmp_path / "old.onnx")).build(), OnnxPolicy)
+
+    # a damaged embedded policy (one base64 character of weights.npz) is refused, not served
+    payload = json.loads(props[POLICY_KEY])
+    b64 = payload["files"]["weights.npz"]["base64"]
+    i = len(b64) // 2
+    payload["files"]["weights.npz"]["base64"] = b64[:i] + ("A" if b64[i] != "A" else "B") + b64[i + 1 :]
+    damaged = onnx.load_model_from_string(good)
+    for p in damaged.metadata_props:
+        if p.key == POLICY_KEY:
+            p.value = json.dumps(payload)
+    (tmp_path / "damaged.onnx").write_bytes(damaged.SerializeToString())
+    with pytest.raises(ExportError, match="is damaged"):
+        resolve_policy(str(tmp_path / "damaged.onnx"))
 
 
 def test_export_refuses_what_is_not_a_run(work):

@@ -32,10 +32,13 @@ torch or on stable-baselines3, and any ONNX runtime should be able to run it. Th
       optgym.vocab   the vocab JSON the normalization was built from (to retrain or inspect)
       optgym.digest  sha256 over the graph (nodes and initializers): a damaged file is refused
                      rather than served with wrong weights
+      optgym.policy  the training policy's directory (policy.json, weights.npz, vocab.json) and
+      optgym.graph.sha256  the graph's bytes as written: see :mod:`optgym.policies.embedded`
 
 Loading (:func:`load_onnx_policy`, registered with :func:`optgym.policies.register_resolver` so
-``--policy POLICY.onnx`` works everywhere) checks all of that and runs the graph with onnxruntime
-on one thread — the policy server shares one loaded policy between all compiles of a build.
+``--policy POLICY.onnx`` works everywhere) checks all of that and runs the embedded policy with
+numpy — the graph is for every other ONNX runtime, and for exports that embed no policy, which run
+on onnxruntime on one thread. The policy server shares one loaded policy between all compiles of a build.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ import copy
 import datetime
 import functools
 import hashlib
-import importlib.metadata
 import json
 import math
 import tomllib
@@ -237,6 +239,8 @@ def graph_digest(model: onnx.ModelProto) -> str:
 
 
 def _version(dist: str) -> str:
+    import importlib.metadata  # here, not at the top: ~10 ms of every policy server's start
+
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -354,14 +358,31 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
         },
     }
     model = build_model(policy, metadata)
-    atomic_write_bytes(output, model.SerializeToString())
-    exported = OnnxPolicy.load(output)
-    rng = np.random.default_rng(0)
-    probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
-    heuristic = rng.integers(0, 2, size=256)
-    if not np.array_equal(exported.actions(probe, heuristic), policy.logits(probe, heuristic).argmax(-1)):
-        output.unlink(missing_ok=True)
-        raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
+    # The policy directory itself rides along: optgym serves it with numpy (optgym.policies.embedded).
+    from optgym.policies.embedded import GRAPH_SHA_KEY, embed_properties, load_embedded, read_model_fields
+
+    graph_bytes, props = read_model_fields(model.SerializeToString())
+    for key, value in embed_properties(found, graph_bytes or b"", props[VOCAB_KEY]).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    data = model.SerializeToString()
+    written_graph, written_props = read_model_fields(data)
+    if hashlib.sha256(written_graph or b"").hexdigest() != written_props[GRAPH_SHA_KEY]:
+        raise ExportError("protobuf laid the graph out differently on a second serialization: not written")
+    atomic_write_bytes(output, data)
+    try:
+        exported, served = OnnxPolicy.load(output), load_embedded(output)
+        rng = np.random.default_rng(0)
+        probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
+        heuristic = rng.integers(0, 2, size=256)
+        trained = policy.logits(probe, heuristic)
+        if served is None or not np.array_equal(served.logits(probe, heuristic), trained):
+            raise ExportError(f"the embedded policy computes differently from {found}: not written")
+        if not np.array_equal(exported.actions(probe, heuristic), trained.argmax(-1)):
+            raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
+    except BaseException:
+        output.unlink(missing_ok=True)  # an export that would decide differently is never left behind
+        raise
     return metadata
 
 
@@ -495,12 +516,18 @@ def _session(data: bytes, path: Path) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path: str, stamp: int) -> OnnxPolicy:
-    return OnnxPolicy.load(path)
+def _load_cached(path: str, stamp: int) -> OnnxPolicy | MLPPolicy:
+    from optgym.policies.embedded import load_embedded
+
+    return load_embedded(path) or OnnxPolicy.load(path)
 
 
-def load_onnx_policy(path: str, seed: int | None = None) -> OnnxPolicy:
-    """Builder run inside workers (cached per path and modification time, as the numpy policies are)."""
+def load_onnx_policy(path: str, seed: int | None = None) -> OnnxPolicy | MLPPolicy:
+    """Builder run inside workers (cached per path and modification time, as the numpy policies are).
+
+    An export that embeds its policy directory runs on numpy — the training policy itself, faster per
+    decision than onnxruntime and without importing onnx (:mod:`optgym.policies.embedded`); older
+    exports run their graph on onnxruntime."""
     policy = _load_cached(str(path), Path(path).stat().st_mtime_ns)
     return policy if seed is None else policy.stochastic(seed)
 
