@@ -7,12 +7,15 @@ writes ``inlining_default`` into the wrong feature slot, and the channel flags d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,13 +95,60 @@ def parse_version(banner: str) -> str:
     return ".".join(match.groups())
 
 
+# -- what a clang binary said about itself, remembered across processes ---------------------------
+#
+# Checking a clang is two runs of it (``--version`` and the hooks), ~40 ms of CPU and 50-100 ms of wall
+# time on a loaded machine. Every process that compiles pays it once; optgym-cc's policy server pays it
+# at the start of every build, which the build's first compiles wait for. The answers depend only on
+# the binary, so they are kept in ``$OPTGYM_CACHE_DIR/toolchains/`` keyed by the binary's path, size,
+# inode and times: a clang upgraded or replaced in place is probed again.
+
+
+def _probe_cache_file(clang: Path) -> Path | None:
+    try:
+        st = clang.stat()
+        real = clang.resolve()
+    except OSError:
+        return None
+    key = f"{real}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+    root = Path(os.environ.get("OPTGYM_CACHE_DIR") or Path.home() / ".cache" / "optgym") / "toolchains"
+    return root / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _probe_cache_read(clang: Path) -> dict:
+    path = _probe_cache_file(clang)
+    try:
+        data = json.loads(path.read_text()) if path else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _probe_cache_update(clang: Path, **entries: object) -> None:
+    """Best effort: a cache that cannot be written only means probing again next time."""
+    path = _probe_cache_file(clang)
+    if path is None:
+        return
+    data = _probe_cache_read(clang) | entries
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+
+
 @functools.cache
 def _probe(clang: Path) -> Toolchain:
-    try:
-        out = subprocess.run([str(clang), "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolchainError(f"cannot run {clang} --version: {e}") from None
-    banner = out.stdout.splitlines()[0] if out.stdout else ""
+    banner = _probe_cache_read(clang).get("banner")
+    if not isinstance(banner, str):
+        try:
+            out = subprocess.run([str(clang), "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ToolchainError(f"cannot run {clang} --version: {e}") from None
+        banner = out.stdout.splitlines()[0] if out.stdout else ""
+        if out.returncode == 0 and banner:
+            _probe_cache_update(clang, banner=banner)
     toolchain = Toolchain(clang=clang, version=parse_version(banner), banner=banner)
     if toolchain.major < MIN_MAJOR:
         raise ToolchainError(
@@ -132,10 +182,16 @@ def find_toolchain(require_hooks: tuple[str, ...] = ()) -> Toolchain:
 @functools.cache
 def _accepts_options(clang: Path, options: tuple[str, ...]) -> bool:
     """Whether clang parses these ``-mllvm`` options (a syntax-only compile of an empty file)."""
+    key = "options:" + " ".join(options)
+    cached = _probe_cache_read(clang).get(key)
+    if isinstance(cached, bool):
+        return cached
     args = [str(clang), "-fsyntax-only", "-x", "c", "/dev/null"]
     for opt in options:
         args += ["-mllvm", opt]
     try:
-        return subprocess.run(args, capture_output=True, timeout=30).returncode == 0
+        accepted = subprocess.run(args, capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return False  # not remembered: it may work next time
+    _probe_cache_update(clang, **{key: accepted})
+    return accepted
