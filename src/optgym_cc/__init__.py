@@ -9,7 +9,8 @@ gone when idle) and exits with clang's status. stdout, stderr and the outputs ar
 failure of the policy or the server falls back to a plain compile with one warning line on stderr,
 unless ``OPTGYM_STRICT=1`` makes it an error.
 
-Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…),
+Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…;
+default ``pretrained``, the policy shipped in the package, or ``heuristic`` where none is shipped),
 ``OPTGYM_SERVE_OPT`` (the ``-O`` levels served, default ``z,s``), ``OPTGYM_STRICT``,
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """
@@ -29,7 +30,16 @@ import sys
 #: launcher never talks to a server of another version that is still idling.
 PROTOCOL = "2"
 
-DEFAULT_POLICY = "heuristic"
+#: The policy shipped inside the optgym package (``--policy pretrained``): the default when it is there.
+PRETRAINED = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "policies", "pretrained",
+                          "inline-size.onnx")  # fmt: skip
+
+
+def default_policy() -> str:
+    """``pretrained`` when the package ships it (one ``stat``), else clang's own ``heuristic``."""
+    return "pretrained" if os.path.isfile(PRETRAINED) else "heuristic"
+
+
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
 #: Options whose value is the next argument (so it is not an input file).
 TAKES_VALUE = frozenset(
@@ -205,7 +215,7 @@ def _serve(clang: str, args: list[str], policy: str) -> dict:
 def _main(driver: str) -> None:
     clang = _clang(driver)
     args = sys.argv[1:]
-    policy = os.environ.get("OPTGYM_POLICY") or DEFAULT_POLICY
+    policy = os.environ.get("OPTGYM_POLICY") or default_policy()
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
     if policy == "heuristic" or not served(args, levels):
         os.execv(clang, [clang, *args])

@@ -417,3 +417,40 @@ def imitate_command(
         train_imitate(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))
+
+
+def _shifts(text: str) -> list[int | None]:
+    """``--up``/``--down`` values: comma-separated integers, ``none`` for clang's own."""
+    try:
+        return [None if v.strip() == "none" else int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        _fail(f"expected comma-separated integers or 'none', not {text!r}")
+        raise
+
+
+@train_app.command("threshold")
+def threshold_command(
+    corpus: Annotated[Path, typer.Option(help="corpus directory")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="run directory to create")],
+    split: Annotated[str | None, typer.Option(help="tune on this side of the corpus's stored split")] = "train",
+    up: Annotated[str, typer.Option(help="candidates: also inline where cost − threshold ≤ K (none: never)")] = (
+        "none,0,1,2,5,10"
+    ),
+    down: Annotated[str, typer.Option(help="candidates: do not inline where threshold − cost ≤ K")] = "none",
+    max_regressed: Annotated[float, typer.Option(help="largest share of modules > 1 % worse allowed")] = 0.05,
+    workers: Workers = None,
+    timeout: Timeout = 120.0,
+    final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
+) -> None:
+    """Clang's heuristic with its cost threshold moved, the shift tuned on the corpus (one compile per module
+    and candidate); the result is an ordinary policy (export, serve, warm-start ES). See optgym.train.threshold."""
+    from optgym.errors import OptgymError
+    from optgym.train.threshold import ThresholdConfig, train_threshold
+
+    cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=split, up=_shifts(up), down=_shifts(down),
+                          max_regressed=max_regressed, workers=workers, timeout=timeout,
+                          final_eval=final_eval)  # fmt: skip
+    try:
+        train_threshold(cfg, say=console.print)
+    except OptgymError as e:
+        _fail(str(e))
