@@ -114,3 +114,15 @@ def test_an_interrupted_swap_is_recovered(tmp_path):
     (tmp_path / "new").rename(tmp_path / "m")
     recover(tmp_path / "m")
     assert (tmp_path / "m" / "logs").is_dir() and not (tmp_path / ".m.old").exists()
+
+
+def test_explicit_test_groups_are_the_test_side(tmp_path):
+    """A held-out set named by hand (before any result is seen) replaces the seeded draw, and a name the
+    corpus does not have is an error, not a silently smaller test side."""
+    corpus = _packaged(tmp_path / "c")
+    record = apply_split(corpus.root, test_percent=10, seed=1, by="package", test_groups=["pkg03", "pkg17"])
+    assert record["test_groups"] == ["pkg03", "pkg17"] and record["explicit_test_groups"] == ["pkg03", "pkg17"]
+    assert {m.name.split("/")[0] for m in Corpus(corpus.root, split="test")} == {"pkg03", "pkg17"}
+    assert len(Corpus(corpus.root, split="train")) == 54
+    with pytest.raises(CorpusError, match="pkg99"):
+        apply_split(corpus.root, test_percent=10, seed=1, by="package", test_groups=["pkg03", "pkg99"])

@@ -306,13 +306,18 @@ def split_cmd(
     by: Annotated[
         str, typer.Option("--by", help="package (default; a module split leaks a package's templates) | module")
     ] = "package",
+    test_groups: Annotated[
+        str | None,
+        typer.Option("--test-groups", help="these packages (comma-separated) are the test side, not a seeded draw"),
+    ] = None,
 ) -> None:
     """Store a deterministic train/test split in the corpus description (no copying)."""
     from optgym.corpus.split import apply_split
     from optgym.errors import OptgymError
 
+    groups = [g.strip() for g in (test_groups or "").split(",") if g.strip()]
     try:
-        record = apply_split(corpus, test_percent=test_percent, seed=seed, by=by)
+        record = apply_split(corpus, test_percent=test_percent, seed=seed, by=by, test_groups=groups)
     except OptgymError as e:
         _fail(str(e))
     if record["by"] != by:

@@ -480,6 +480,7 @@ def merge_packages(
         if "split" in previous:  # a stored split is re-applied, with its parameters, to the new module list
             from optgym.corpus.split import apply_split
 
-            apply_split(staging, **{k: previous["split"][k] for k in ("test_percent", "seed", "by")})
+            kept = [g for g in previous["split"].get("explicit_test_groups", []) if g in packages]
+            apply_split(staging, **{k: previous["split"][k] for k in ("test_percent", "seed", "by")}, test_groups=kept)
         swap_in(staging, dest)
     return len(names), packages

@@ -28,10 +28,21 @@ def group_of(name: str, by: str) -> str:
     return name.split("/", 1)[0] if by == "package" else name
 
 
-def compute_split(names: Sequence[str], test_percent: float, seed: int, by: str) -> tuple[list[str], list[str]]:
-    """(test groups, test modules) — deterministic in (names, test_percent, seed, by)."""
+def compute_split(
+    names: Sequence[str], test_percent: float, seed: int, by: str, test_groups: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """(test groups, test modules) — deterministic in (names, test_percent, seed, by). Explicit
+    ``test_groups`` (packages named before any result is seen: a held-out set chosen by hand) replace the
+    seeded draw; each must exist."""
     if by not in BY:
         raise CorpusError(f"unknown --by {by!r}; one of {', '.join(BY)}")
+    if test_groups:
+        present = {group_of(n, by) for n in names}
+        missing = sorted(set(test_groups) - present)
+        if missing:
+            raise CorpusError(f"--test-groups names {missing}, which the corpus does not have (by {by})")
+        chosen = set(test_groups)
+        return sorted(chosen), [n for n in names if group_of(n, by) in chosen]
     if not 0 <= test_percent <= 100:
         raise CorpusError(f"--test-percent must be within 0..100, not {test_percent}")
     groups = sorted({group_of(n, by) for n in names})
@@ -53,17 +64,21 @@ def effective_by(description: dict[str, Any], by: str) -> str:
     return by
 
 
-def apply_split(root: Path, *, test_percent: float, seed: int, by: str = "package") -> dict[str, Any]:
+def apply_split(
+    root: Path, *, test_percent: float, seed: int, by: str = "package", test_groups: Sequence[str] = ()
+) -> dict[str, Any]:
     """Compute the split of the corpus at ``root`` and store it in its description; the stored record."""
     Corpus(root)  # a readable corpus, or a clear error
     description = read_description(root)
     names = description["modules"]
     by = effective_by(description, by)
-    test_groups, test = compute_split(names, test_percent, seed, by)
+    explicit = list(test_groups)
+    test_groups, test = compute_split(names, test_percent, seed, by, explicit)
     record = {
         "test_percent": test_percent,
         "seed": seed,
         "by": by,
+        **({"explicit_test_groups": explicit} if explicit else {}),
         "test_groups": test_groups if by == "package" else [],
         "test": test,
         "train_modules": len(names) - len(test),
