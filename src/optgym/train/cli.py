@@ -432,7 +432,9 @@ def _shifts(text: str) -> list[int | None]:
 def threshold_command(
     corpus: Annotated[Path, typer.Option(help="corpus directory")],
     output: Annotated[Path, typer.Option("-o", "--output", help="run directory to create")],
-    split: Annotated[str | None, typer.Option(help="tune on this side of the corpus's stored split")] = "train",
+    split: Annotated[str, typer.Option(help="tune on this side of the corpus's stored split (all: every module)")] = (
+        "train"
+    ),
     up: Annotated[str, typer.Option(help="candidates: also inline where cost − threshold ≤ K (none: never)")] = (
         "none,0,1,2,5,10"
     ),
@@ -447,7 +449,8 @@ def threshold_command(
     from optgym.errors import OptgymError
     from optgym.train.threshold import ThresholdConfig, train_threshold
 
-    cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=split, up=_shifts(up), down=_shifts(down),
+    cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=None if split == "all" else split,
+                          up=_shifts(up), down=_shifts(down),
                           max_regressed=max_regressed, workers=workers, timeout=timeout,
                           final_eval=final_eval)  # fmt: skip
     try:
