@@ -440,6 +440,8 @@ def threshold_command(
     ),
     down: Annotated[str, typer.Option(help="candidates: do not inline where threshold − cost ≤ K")] = "none",
     max_regressed: Annotated[float, typer.Option(help="largest share of modules > 1 % worse allowed")] = 0.05,
+    sampling_rate: Annotated[float, typer.Option(help="tune on this reproducible fraction of the modules")] = 1.0,
+    seed: Annotated[int, typer.Option(help="seed of the module sample")] = 0,
     workers: Workers = None,
     timeout: Timeout = 120.0,
     final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
@@ -451,7 +453,8 @@ def threshold_command(
 
     cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=None if split == "all" else split,
                           up=_shifts(up), down=_shifts(down),
-                          max_regressed=max_regressed, workers=workers, timeout=timeout,
+                          max_regressed=max_regressed, sampling_rate=sampling_rate, seed=seed, workers=workers,
+                          timeout=timeout,
                           final_eval=final_eval)  # fmt: skip
     try:
         train_threshold(cfg, say=console.print)

@@ -39,6 +39,7 @@ from optgym.problems import get_problem
 from optgym.problems.inputs import RESIDUAL_EXTRAS, margin
 from optgym.problems.normalize import Vocab
 from optgym.train.run import RunError, evaluate_final, prepare_run_dir, write_config
+from optgym.train.trace import sample_modules
 
 STEEP = 1e4  # the steps' slope: adjacent integer margins near the threshold differ by ≥ 0.01 in m
 GATE = 1e6  # what the gate subtracts: far more than any STEEP · m
@@ -55,6 +56,8 @@ class ThresholdConfig:
     up: list[int | None] = field(default_factory=lambda: [None, 0, 1, 2, 5, 10])
     down: list[int | None] = field(default_factory=lambda: [None])
     max_regressed: float = 0.05  # share of modules > 1 % worse a candidate may have
+    sampling_rate: float = 1.0  # tune on this reproducible fraction of the modules (MLGO's sampling rate)
+    seed: int = 0
     workers: int | None = None
     timeout: float = 120.0
     final_eval: bool = True
@@ -107,14 +110,16 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     corpus = Corpus(cfg.corpus, split=cfg.split)
     if len(corpus) == 0:
         raise RunError(f"{cfg.corpus} has no modules on the {cfg.split} side")
+    tuned_on = sample_modules([m.name for m in corpus], cfg.sampling_rate, cfg.seed)
+    say(f"tuning on {len(tuned_on)} of {len(corpus)} modules, {len(cfg.up) * len(cfg.down)} candidates")
 
     candidates = []
     for up in cfg.up:
         for down in cfg.down:
             start = time.perf_counter()
             directory = threshold_policy(features, up=up, down=down).save(run / "candidates" / _name(up, down))
-            figures = summarize(evaluate(str(directory), corpus, problem=cfg.problem, workers=cfg.workers,
-                                         timeout=cfg.timeout, progress=False))  # fmt: skip
+            figures = summarize(evaluate(str(directory), corpus, problem=cfg.problem, modules=tuned_on,
+                                         workers=cfg.workers, timeout=cfg.timeout, progress=False))  # fmt: skip
             row = {"name": _name(up, down), "up": up, "down": down, "seconds": round(time.perf_counter() - start, 1),
                    "regressed_share": figures["regressed_over_1pct"] / max(1, figures["evaluated"]),
                    **{k: figures[k] for k in REPORTED}}  # fmt: skip
@@ -129,7 +134,8 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     atomic_write_bytes(run / "candidates.json", json.dumps({"candidates": candidates, "chosen": chosen["name"]},
                                                            indent=2).encode())  # fmt: skip
     head = {"algorithm": "threshold", "chosen": chosen["name"], "up": chosen["up"], "down": chosen["down"],
-            "tuned_on": {"corpus": cfg.corpus, "split": cfg.split}}  # fmt: skip
+            "tuned_on": {"corpus": cfg.corpus, "split": cfg.split, "modules": len(tuned_on),
+                         "sampling_rate": cfg.sampling_rate, "seed": cfg.seed}}  # fmt: skip
     stored_split = Corpus(cfg.corpus).description.get("optgym", {}).get("split")
     return evaluate_final(run, cfg.corpus, "train" if stored_split else None, head, enabled=cfg.final_eval,
                           workers=cfg.workers, timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
