@@ -227,13 +227,17 @@ def _main(driver: str) -> None:
     if reply.get("warning"):
         if strict:
             sys.stderr.write(f"optgym-cc: error: {reply['warning']} (OPTGYM_STRICT=1)\n")
-            sys.exit(1)
+            sys.stderr.flush()
+            os._exit(1)
         what = "compiled without optgym" if reply.get("fallback") else "continuing"
         sys.stderr.write(f"optgym-cc: warning: policy {policy}: {reply['warning']}; {what}\n")
+        sys.stderr.flush()
     if reply.get("fallback"):
         os.execv(clang, [clang, *args])
     returncode = int(reply["returncode"])
-    sys.exit(returncode if returncode >= 0 else 128 - returncode)
+    # os._exit: nothing is left to clean up, and the interpreter's orderly shutdown costs ~1.7 ms of
+    # CPU (perf stat), once per compile of the build.
+    os._exit(returncode if returncode >= 0 else 128 - returncode)
 
 
 def main_cc() -> None:

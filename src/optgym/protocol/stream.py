@@ -15,6 +15,7 @@ sees partial data as if it were whole.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -91,6 +92,21 @@ class Outcome:
 Event = Header | Context | Observation | Outcome
 
 
+def _json(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as e:  # bad UTF-8/JSON, a 5000-digit int, [[[[… nested too deep
+        raise ProtocolError(f"control line is not JSON ({e}): {line[:200]!r}") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _header_line(line: bytes) -> Header:
+    """The header a line describes. Remembered: a long-lived host (optgym-cc's policy server) sees the
+    same header from every compile, and parsing and laying it out cost ~0.5 ms a compile. A
+    :class:`Header` is immutable, so sharing one is safe; a malformed line raises every time."""
+    return _parse_header(_json(line))
+
+
 def _parse_header(obj: Any) -> Header:
     if not isinstance(obj, dict) or not isinstance(obj.get("features"), list):
         raise ProtocolError(f"header must be an object with a 'features' list, got {obj!r:.200}")
@@ -141,14 +157,10 @@ class StreamDecoder:
             digits = line[len(_OBSERVATION) : -1]
             if digits.isdigit() and len(digits) < 19:  # LLVM's exact form: skip the JSON parser (hot path)
                 return self._control({"observation": int(digits)}, line)
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError) as e:  # bad UTF-8/JSON, a 5000-digit int, [[[[… nested too deep
-            raise ProtocolError(f"control line is not JSON ({e}): {line[:200]!r}") from None
         if self.header is None:
-            self.header = _parse_header(obj)
+            self.header = _header_line(line)
             return self.header
-        return self._control(obj, line)
+        return self._control(_json(line), line)
 
     def _control(self, obj: Any, line: bytes) -> Event | None:
         if not isinstance(obj, dict) or len(obj) != 1:

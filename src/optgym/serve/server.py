@@ -38,7 +38,8 @@ from typing import Any
 
 from optgym.errors import OptgymError
 from optgym.policies import resolve_policy
-from optgym.problems import Problem, get_problem
+from optgym.problems import FeatureView, Problem, get_problem
+from optgym.protocol import Header
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.llvm import find_toolchain, parse_version
@@ -91,6 +92,7 @@ class Server:
             raise found[0]
         self.toolchain = found[0]
         self.policy_spec = policy_spec
+        self._views: tuple[Header, FeatureView, str | None] | None = None
         self.active = 0
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
@@ -142,21 +144,41 @@ class Server:
             os.close(stdout_fd)
             os.close(stderr_fd)
 
+    def _view(self, header: Header) -> tuple[FeatureView, str | None]:
+        """The feature view and fit verdict for ``header``: every compile sends the same header (the
+        decoder hands back the same object), so both are made once, not per compile."""
+        cached = self._views
+        if cached is None or cached[0] is not header:
+            view = self.problem.view(header)
+            cached = self._views = (header, view, _fits(self.policy, self.problem, header, self.toolchain.version))
+        return cached[1], cached[2]
+
     def _drive(self, compile_: InteractiveCompile) -> dict[str, Any]:
         header = compile_.start()
         warning = None
         if header is not None:
-            view = self.problem.view(header)
-            warning = _fits(self.policy, self.problem, header, self.toolchain.version)
+            view, warning = self._view(header)
+            # The loop runs once per decision, between two of clang's feature computations: names bound
+            # once, each answer's bytes encoded once per compile.
+            problem, policy = self.problem, self.policy
+            next_observation, answer, heuristic_action = (
+                compile_.next_observation,
+                compile_.answer,
+                problem.heuristic_action,
+            )
+            encoded: dict[Any, bytes] = {}
             index = 0
-            while (obs := compile_.next_observation()) is not None:
-                heuristic = self.problem.heuristic_action(view, obs)
+            while (obs := next_observation()) is not None:
+                heuristic = heuristic_action(view, obs)
                 if warning is None:
-                    choice = self.policy(DecisionPoint(view, obs, heuristic, index))
+                    choice = policy(DecisionPoint(view, obs, heuristic, index))
                     action = choice[0] if isinstance(choice, tuple) else choice
                 else:
                     action = heuristic
-                compile_.answer(self.problem.encode_action(header, action))
+                advice = encoded.get(action)
+                if advice is None:
+                    advice = encoded[action] = problem.encode_action(header, action)
+                answer(advice)
                 index += 1
         outcome = compile_.finish()
         if outcome.status in ("timeout", "protocol_error", "aborted"):
