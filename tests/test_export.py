@@ -87,6 +87,8 @@ def _trace_vectors(trace_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Point:
+    language = None
+
     def __init__(self, vector: np.ndarray, heuristic: int) -> None:
         self._v, self.heuristic = vector, int(heuristic)
 

@@ -9,7 +9,9 @@ import pytest
 
 from optgym.corpus import Corpus
 from optgym.policies import resolve_policy
+from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
+from optgym.problems.normalize import VocabError
 from optgym.rollout import rollout
 from optgym.train.threshold import ThresholdConfig, threshold_policy, train_threshold
 
@@ -17,36 +19,81 @@ PROBLEM = get_problem("inline-size")
 NAMES = [s.name for s in PROBLEM.expected_features() if s.name not in PROBLEM.hidden_features]
 
 
-@pytest.mark.parametrize(("up", "down"), [(None, None), (5, None), (None, 5), (0, 2)])
-def test_the_policy_moves_clangs_threshold_exactly(up, down, corpus_dir, toolchain):
-    """Every decision of a real compile is clang's, moved exactly as asked (d = threshold − cost)."""
-    policy = threshold_policy(NAMES, up=up, down=down)
-    checked = 0
+@pytest.mark.parametrize(("cxx", "c"), [(None, None), (5, None), (None, 5), (0, 20)])
+def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_dir, toolchain):
+    """Every decision of a real compile is clang's, moved exactly as asked in that module's language
+    (d = threshold − cost): the tests' corpus has C and C++ modules."""
+    policy = threshold_policy(NAMES, cxx=cxx, c=c)
+    checked = {"C": 0, "C++": 0}
     for module in Corpus(corpus_dir):
         run = rollout(PROBLEM, module, toolchain, policy, record_features=True)
         assert run.result.ok
         if run.trajectory.features is None or not len(run.trajectory.actions):
             continue
+        lang = "C++" if module.language == "C++" else "C"
+        up = cxx if lang == "C++" else c
         f = run.trajectory.features
         d = f[:, NAMES.index("threshold")] - f[:, NAMES.index("cost_estimate")]
         h = run.trajectory.heuristic
-        expected = np.where(h == 1, d > (-np.inf if down is None else down),
-                            d >= (np.inf if up is None else -up))  # fmt: skip
-        assert np.array_equal(run.trajectory.actions, expected.astype(np.int64))
-        checked += len(d)
-    assert checked > 100
+        expected = (h == 1) | (d >= (np.inf if up is None else -up))
+        assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
+        checked[lang] += len(d)
+    assert checked["C"] >= 1 and checked["C++"] > 100
 
 
-def test_train_threshold_picks_a_candidate_and_writes_a_servable_policy(corpus_dir, tmp_path):
+def test_the_policy_needs_the_language():
+    point = type("P", (), {"heuristic": 0, "language": None, "vector": lambda self: np.zeros(len(NAMES), np.float32)})
+    with pytest.raises(VocabError, match="language"):
+        threshold_policy(NAMES, cxx=5, c=None)(point())
+
+
+def test_train_threshold_tunes_each_language_and_writes_a_servable_policy(corpus_dir, tmp_path):
     run = tmp_path / "run"
     train_threshold(ThresholdConfig(str(corpus_dir), str(run), split=None, up=[None, 5], workers=1),
                     say=lambda s: None)  # fmt: skip
     table = json.loads((run / "candidates.json").read_text())
-    assert [c["name"] for c in table["candidates"]] == ["upnone-downnone", "up5-downnone"]
+    assert [c["up"] for c in table["candidates"]] == [None, 5]
     none = table["candidates"][0]
-    assert none["total_ratio"] == 1.0 and none["regressed"] == 0 and none["improved"] == 0
-    best = min(table["candidates"], key=lambda c: c["total_ratio"])
-    assert table["chosen"] == best["name"]
+    for lang in ("C", "C++"):
+        assert none[lang]["total_ratio"] == 1.0 and none[lang]["regressed"] == 0 and none[lang]["improved"] == 0
+        best = min(table["candidates"], key=lambda c, lang=lang: c[lang]["total_ratio"])
+        assert table["chosen"][lang] == ("none" if best["up"] is None else str(best["up"]))
     metrics = json.loads((run / "final" / "metrics.json").read_text())
-    assert metrics["chosen"] == best["name"] and metrics["all"]["size_ratio"] == pytest.approx(best["total_ratio"])
+    assert metrics["chosen"] == table["chosen"] and metrics["all"]["modules_ok"] >= 2
     assert resolve_policy(str(run)).identity.startswith("mlp:")
+
+
+def test_the_exported_graph_reads_the_language_as_the_policy_does(trace_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+    from optgym.policies.export import OnnxPolicy
+    from optgym.train.trace import feature_matrix, iter_batches
+
+    policy_dir = threshold_policy(NAMES, cxx=10, c=0).save(tmp_path / "policy")
+    result = CliRunner().invoke(app, ["export", str(policy_dir), "-o", str(tmp_path / "t.onnx")])
+    assert result.exit_code == 0, result.output
+    exported, trained = OnnxPolicy.load(tmp_path / "t.onnx"), MLPPolicy.load(policy_dir)
+    batches = list(iter_batches(trace_dir, [*NAMES, "heuristic"]))
+    raw = np.concatenate([feature_matrix(b, NAMES) for b in batches])
+    h = np.concatenate([b.column("heuristic").to_numpy() for b in batches])
+    for cxx in (0, 1):
+        ours = exported.actions(raw, h, np.full(len(h), cxx))
+        assert np.array_equal(ours, trained.logits(raw, h, cxx).argmax(-1))
+    assert not np.array_equal(exported.actions(raw, h, np.zeros(len(h))), exported.actions(raw, h, np.ones(len(h))))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["clang", "-Oz", "-c", "f.c"], "C"),
+        (["clang++", "-Oz", "-c", "f.c"], "C++"),  # clang++ compiles .c as C++
+        (["clang", "-c", "f.cc", "-o", "f.o"], "C++"),
+        (["clang++", "-x", "c", "-c", "f.cc"], "C"),
+        (["clang", "-xc++", "-c", "f.c"], "C++"),
+    ],
+)
+def test_driver_language(argv, expected):
+    from optgym.toolchain.language import driver_language
+
+    assert driver_language(argv) == expected

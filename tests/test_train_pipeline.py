@@ -168,7 +168,7 @@ def test_bc_clones_the_heuristic(bc_dir, corpus_dir):
 
 
 class _Point:
-    heuristic = None
+    heuristic = language = None
 
     def __init__(self, vector):
         self._v = vector

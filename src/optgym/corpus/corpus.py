@@ -72,6 +72,17 @@ class Module:
             raise CorpusError(f"module {self.name}: {self.command} holds several -cc1 commands (a link step?)")
         return sanitize_cc1_args(args)
 
+    @cached_property
+    def language(self) -> str:
+        """C, C++, … from the command as clang recorded it (the sanitized one drops ``-x``)."""
+        from optgym.toolchain.language import language
+
+        try:
+            raw = self.command.read_bytes()
+        except FileNotFoundError:
+            raise CorpusError(f"module {self.name}: its command file {self.command} is missing") from None
+        return language([a.decode(errors="replace") for a in raw.split(b"\0") if a])
+
     def argv(self, clang: Path, extra: Sequence[str], output: Path | str) -> list[str]:
         """The full compile command producing ``output`` (``-``: stdout) with ``extra`` flags added."""
         if not self.bitcode.exists():

@@ -37,12 +37,10 @@ from typing import Any
 from optgym.corpus.corpus import Corpus, Module
 from optgym.corpus.staging import LOGS_DIR, now, staging_dir, swap_in, write_description
 from optgym.errors import CorpusError
+from optgym.toolchain.language import C_SUFFIXES, CXX_SUFFIXES, OBJC_SUFFIXES
 from optgym.toolchain.llvm import Toolchain
 
 MLGO_UTILS = "mlgo-utils"
-C_SUFFIXES = (".c",)
-CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C", ".cp", ".CPP")
-OBJC_SUFFIXES = (".m", ".mm")
 ASM_SUFFIXES = (".s", ".S", ".asm", ".sx")
 SOURCE_SUFFIXES = C_SUFFIXES + CXX_SUFFIXES + OBJC_SUFFIXES + ASM_SUFFIXES + (".i", ".ii")
 

@@ -16,38 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optgym.corpus.corpus import Corpus, Module
-from optgym.corpus.extract import C_SUFFIXES, CXX_SUFFIXES, OBJC_SUFFIXES
+from optgym.toolchain.language import language
 
 if TYPE_CHECKING:  # the corpus layer imports parallel/ only where it fans out
     from optgym.parallel.portable import PortableModule
 
-_X_LANGUAGE = {"c": "C", "c++": "C++", "objective-c": "ObjC", "objective-c++": "ObjC++", "cuda": "CUDA"}
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz", "-Ofast")
 
 
 def raw_cc1_args(module: Module) -> list[str]:
     """The ``.cmd`` as clang embedded it (the sanitized form drops ``-x``)."""
     return [a.decode(errors="replace") for a in module.command.read_bytes().split(b"\0") if a]
-
-
-def language(args: list[str]) -> str:
-    """C, C++, ObjC, ObjC++ … of a ``-cc1`` command line (see the module doc)."""
-    for i, arg in enumerate(args[:-1]):
-        if arg == "-x":
-            base = args[i + 1].removesuffix("-cpp-output").removesuffix("-header")
-            return _X_LANGUAGE.get(base, args[i + 1])
-    for i, arg in enumerate(args[:-1]):
-        if arg == "-main-file-name":
-            name = args[i + 1]
-            if name.endswith(CXX_SUFFIXES):
-                return "C++"
-            if name.endswith(".mm"):
-                return "ObjC++"
-            if name.endswith(OBJC_SUFFIXES):
-                return "ObjC"
-            if name.endswith(C_SUFFIXES):
-                return "C"
-    return "other"
 
 
 def opt_level(args: list[str]) -> str:

@@ -9,6 +9,7 @@ torch or on stable-baselines3, and any ONNX runtime should be able to run it. Th
       features  float64 [N, F]   raw values, in the order of ``meta["features"]``
       heuristic float64 [N]      only for a policy with the ``heuristic`` derived input: clang's own
                                  decision (``meta["extras"]``, see :mod:`optgym.problems.inputs`)
+      cxx       float64 [N]      only for a policy with the ``cxx`` derived input: 1 for a C++ module
         → normalization          the vocab's quantile bucketization, x, x², √x and the log z-score
                                  (:class:`~optgym.problems.normalize.Normalizer`, with its constants
                                  as initializers: nothing to keep beside the file), then the derived
@@ -56,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from optgym.policies import PolicyFactory, file_identity
-from optgym.policies.mlp import MLPPolicy, PolicyFileError
+from optgym.policies.mlp import MLPPolicy, PolicyFileError, is_cxx
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 
@@ -68,7 +69,7 @@ EXPORT_FORMAT_VERSION = 1
 META_KEY, VOCAB_KEY, DIGEST_KEY = "optgym", "optgym.vocab", "optgym.digest"
 #: opset 17 / IR 8: old enough for every maintained ONNX runtime, new enough for ReduceSum's axes input.
 OPSET, IR_VERSION = 17, 8
-INPUT, HEURISTIC, LOGITS, ACTION = "features", "heuristic", "logits", "action"
+INPUT, HEURISTIC, CXX, LOGITS, ACTION = "features", "heuristic", "cxx", "logits", "action"
 SUFFIX = ".onnx"
 
 
@@ -156,6 +157,8 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
     graph_inputs = [helper.make_tensor_value_info(INPUT, TensorProto.DOUBLE, ["N", n_features])]
     if policy.inputs.needs_heuristic:
         graph_inputs.append(helper.make_tensor_value_info(HEURISTIC, TensorProto.DOUBLE, ["N"]))
+    if policy.inputs.needs_language:
+        graph_inputs.append(helper.make_tensor_value_info(CXX, TensorProto.DOUBLE, ["N"]))
     graph = helper.make_graph(
         nodes,
         "optgym_policy",
@@ -191,7 +194,7 @@ def _derived_input_nodes(policy: MLPPolicy, consts: dict[str, np.ndarray]) -> tu
     :class:`~optgym.problems.inputs.PolicyInputs` does; adds their constants to ``consts``."""
     from onnx import TensorProto, helper
 
-    from optgym.problems.inputs import HEURISTIC_INPUT, MARGIN_SCALE
+    from optgym.problems.inputs import CXX_INPUT, HEURISTIC_INPUT, MARGIN_SCALE
 
     node = helper.make_node
     nodes, columns = [], []
@@ -200,8 +203,9 @@ def _derived_input_nodes(policy: MLPPolicy, consts: dict[str, np.ndarray]) -> tu
                        "axes1": np.array([1], dtype=np.int64)})  # fmt: skip
     for j, (kind, a, b) in enumerate(policy.inputs.parsed):
         col = f"extra{j}"
-        if kind == HEURISTIC_INPUT:  # (heuristic > 0) as 0.0 / 1.0
-            nodes += [node("Greater", [HEURISTIC, "zero"], [f"{col}_bool"]),
+        if kind in (HEURISTIC_INPUT, CXX_INPUT):  # (input > 0) as 0.0 / 1.0
+            source = HEURISTIC if kind == HEURISTIC_INPUT else CXX
+            nodes += [node("Greater", [source, "zero"], [f"{col}_bool"]),
                       node("Cast", [f"{col}_bool"], [f"{col}_flat"], to=TensorProto.DOUBLE),
                       node("Unsqueeze", [f"{col}_flat", "axes1"], [col])]  # fmt: skip
         else:  # sign(A - B) · log(|A - B| + 1) / scale
@@ -374,11 +378,11 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
         exported, served = OnnxPolicy.load(output), load_embedded(output)
         rng = np.random.default_rng(0)
         probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
-        heuristic = rng.integers(0, 2, size=256)
-        trained = policy.logits(probe, heuristic)
-        if served is None or not np.array_equal(served.logits(probe, heuristic), trained):
+        heuristic, cxx = rng.integers(0, 2, size=256), rng.integers(0, 2, size=256)
+        trained = policy.logits(probe, heuristic, cxx)
+        if served is None or not np.array_equal(served.logits(probe, heuristic, cxx), trained):
             raise ExportError(f"the embedded policy computes differently from {found}: not written")
-        if not np.array_equal(exported.actions(probe, heuristic), trained.argmax(-1)):
+        if not np.array_equal(exported.actions(probe, heuristic, cxx), trained.argmax(-1)):
             raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
     except BaseException:
         output.unlink(missing_ok=True)  # an export that would decide differently is never left behind
@@ -401,6 +405,7 @@ class OnnxPolicy:
             self.source.setdefault("compiler", metadata["compiler"])
         self._features: list[str] = list(metadata["features"])
         self._needs_heuristic = "heuristic" in (metadata.get("extras") or [])
+        self._needs_language = "cxx" in (metadata.get("extras") or [])
         self.greedy = True
         self.rng = np.random.default_rng()
 
@@ -456,27 +461,37 @@ class OnnxPolicy:
         clone.greedy, clone.rng = False, np.random.default_rng(seed)
         return clone
 
-    def outputs(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def outputs(
+        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(logits [N, A], actions [N])`` for raw feature vectors ``[N, F]`` (and the heuristic's
-        decisions ``[N]``, which a policy with the ``heuristic`` derived input needs)."""
+        decisions ``[N]`` and the C++ flag, which policies with those derived inputs need)."""
         x = np.ascontiguousarray(raw, dtype=np.float64).reshape(-1, len(self._features))
         feeds = {INPUT: x}
         if self._needs_heuristic:
             if heuristic is None:
                 raise ExportError(f"{self.path} reads the heuristic's decision, and none was given")
             feeds[HEURISTIC] = np.broadcast_to(np.asarray(heuristic, dtype=np.float64), (len(x),)).copy()
+        if self._needs_language:
+            if cxx is None:
+                raise ExportError(f"{self.path} reads the module's language, and none was given")
+            feeds[CXX] = np.broadcast_to(np.asarray(cxx, dtype=np.float64), (len(x),)).copy()
         logits, actions = self.session.run([LOGITS, ACTION], feeds)
         return logits, actions
 
-    def logits(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> np.ndarray:
-        return self.outputs(raw, heuristic)[0]
+    def logits(
+        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+    ) -> np.ndarray:
+        return self.outputs(raw, heuristic, cxx)[0]
 
-    def actions(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> np.ndarray:
+    def actions(
+        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+    ) -> np.ndarray:
         """The graph's own greedy decisions (its ArgMax node) for raw feature vectors ``[N, F]``."""
-        return self.outputs(raw, heuristic)[1]
+        return self.outputs(raw, heuristic, cxx)[1]
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        logits, actions = self.outputs(point.vector(), point.heuristic)
+        logits, actions = self.outputs(point.vector(), point.heuristic, is_cxx(point.language))
         row = logits[0]
         if row.size == 2:  # the binary case in plain floats, as MLPPolicy: it runs between two of clang's decisions
             a, b = float(row[0]), float(row[1])

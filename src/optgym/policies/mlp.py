@@ -33,6 +33,7 @@ from optgym.errors import OptgymError
 from optgym.problems.inputs import PolicyInputs
 from optgym.problems.normalize import PER_FEATURE, Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
+from optgym.toolchain.language import CXX_LANGUAGES
 
 POLICY_KIND = "optgym-policy"
 POLICY_FORMAT_VERSION = 2  # 2: derived inputs ("extras"); a policy without them is still written as 1
@@ -102,10 +103,12 @@ class MLPPolicy:
         clone.greedy, clone.rng = False, np.random.default_rng(seed)
         return clone
 
-    def logits(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None) -> np.ndarray:
-        """Action logits for raw feature vectors ``[..., F]`` (and the heuristic's decisions ``[...]``,
-        which a policy with the ``heuristic`` derived input needs)."""
-        h = self.inputs(raw, heuristic)
+    def logits(
+        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+    ) -> np.ndarray:
+        """Action logits for raw feature vectors ``[..., F]`` (and the heuristic's decisions ``[...]`` and
+        whether the module is C++, which policies with those derived inputs need)."""
+        h = self.inputs(raw, heuristic, cxx)
         for w, b in self.weights[:-1]:
             h = h @ w
             h += b
@@ -117,7 +120,7 @@ class MLPPolicy:
         return h @ w + b
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        logits = self.logits(point.vector(), point.heuristic)
+        logits = self.logits(point.vector(), point.heuristic, is_cxx(point.language))
         if logits.size == 2:  # the common binary case in plain floats: numpy's per-call overhead dominates here
             a, b = float(logits[0]), float(logits[1])
             top = max(a, b)
@@ -233,6 +236,11 @@ class MLPPolicy:
                        extras=meta.get("extras", ()), **kw)  # fmt: skip
         except VocabError as e:
             raise PolicyFileError(f"{directory}: {e}") from None
+
+
+def is_cxx(language: str | None) -> int | None:
+    """The ``cxx`` derived input of a decision point's language (``None``: unknown)."""
+    return None if language is None else int(language in CXX_LANGUAGES)
 
 
 def is_policy_dir(path: Path) -> bool:

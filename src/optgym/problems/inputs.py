@@ -12,6 +12,12 @@ a policy that reads it costs nothing to deploy.
 Derived inputs are named, and the names are stored with the policy:
 
 * ``heuristic`` — the heuristic's decision at this point, ``0`` or ``1``;
+* ``cxx`` — ``1`` when the module is C++ (or Objective-C++), ``0`` otherwise: the same call-site
+  features mean different things in C and C++ (a C++ callee is often a ``linkonce_odr`` template whose
+  last inlined call deletes it), so a policy may decide differently — measured: moving clang's
+  threshold shrinks C++ and grows C. The language is the module's in a rollout
+  (:attr:`optgym.corpus.Module.language`) and the compile's in a served build
+  (:func:`optgym.toolchain.language.driver_language`);
 * ``margin:A-B`` — ``sign(A - B) · log1p(|A - B|) / 8`` of two raw features ``A`` and ``B``
   (``margin:threshold-cost_estimate`` is positive where clang's cost model inlines); the ``/ 8``
   keeps the usual range (|A - B| up to a few thousand) near ``[-1, 1]``.
@@ -28,6 +34,7 @@ import numpy as np
 from optgym.problems.normalize import Normalizer, Vocab, VocabError
 
 HEURISTIC_INPUT = "heuristic"
+CXX_INPUT = "cxx"
 MARGIN_PREFIX = "margin:"
 MARGIN_SCALE = 8.0
 #: What ``optgym train imitate`` and ``--extras residual`` give a network for inline-size.
@@ -38,8 +45,8 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
     """``(kind, a, b)`` per derived input, ``a``/``b`` the raw-feature columns of a margin (else -1)."""
     parsed = []
     for extra in extras:
-        if extra == HEURISTIC_INPUT:
-            parsed.append((HEURISTIC_INPUT, -1, -1))
+        if extra in (HEURISTIC_INPUT, CXX_INPUT):
+            parsed.append((extra, -1, -1))
             continue
         if extra.startswith(MARGIN_PREFIX) and "-" in extra[len(MARGIN_PREFIX) :]:
             a, b = extra[len(MARGIN_PREFIX) :].split("-", 1)
@@ -48,7 +55,7 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
                 raise VocabError(f"derived input {extra!r} names features {missing} that the vocab does not have")
             parsed.append(("margin", list(names).index(a), list(names).index(b)))
             continue
-        raise VocabError(f"unknown derived input {extra!r}: 'heuristic' or 'margin:A-B' (A, B feature names)")
+        raise VocabError(f"unknown derived input {extra!r}: 'heuristic', 'cxx' or 'margin:A-B' (A, B feature names)")
     return parsed
 
 
@@ -72,22 +79,34 @@ class PolicyInputs:
     def needs_heuristic(self) -> bool:
         return any(kind == HEURISTIC_INPUT for kind, _, _ in self.parsed)
 
-    def __call__(self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, dtype: type = np.float64):
+    @property
+    def needs_language(self) -> bool:
+        return any(kind == CXX_INPUT for kind, _, _ in self.parsed)
+
+    def __call__(
+        self,
+        raw: np.ndarray,
+        heuristic: np.ndarray | int | None = None,
+        cxx: np.ndarray | int | None = None,
+        dtype: type = np.float64,
+    ) -> np.ndarray:
         normalized = self.normalizer(raw, dtype=np.float64)
         if not self.parsed:
             return normalized if dtype == np.float64 else normalized.astype(dtype)
         raw = np.asarray(raw, dtype=np.float64)
         columns = []
         for kind, a, b in self.parsed:
-            if kind == HEURISTIC_INPUT:
-                if heuristic is None:
-                    raise VocabError("this policy reads the heuristic's decision, and none was given")
-                h = np.asarray(heuristic, dtype=np.float64)
-                columns.append(np.broadcast_to((h > 0).astype(np.float64), raw.shape[:-1]))
+            if kind in (HEURISTIC_INPUT, CXX_INPUT):
+                value = heuristic if kind == HEURISTIC_INPUT else cxx
+                if value is None:
+                    what = "the heuristic's decision" if kind == HEURISTIC_INPUT else "the module's language"
+                    raise VocabError(f"this policy reads {what}, and none was given")
+                flag = np.asarray(value, dtype=np.float64) > 0
+                columns.append(np.broadcast_to(flag.astype(np.float64), raw.shape[:-1]))
             else:
                 columns.append(margin(raw[..., a], raw[..., b]))
         out = np.concatenate([normalized, np.stack(columns, axis=-1)], axis=-1)
         return out if dtype == np.float64 else out.astype(dtype)
 
 
-__all__ = ["HEURISTIC_INPUT", "RESIDUAL_EXTRAS", "PolicyInputs", "margin", "parse_extras"]
+__all__ = ["CXX_INPUT", "HEURISTIC_INPUT", "RESIDUAL_EXTRAS", "PolicyInputs", "margin", "parse_extras"]

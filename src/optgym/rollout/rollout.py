@@ -22,10 +22,13 @@ from optgym.toolchain.llvm import Toolchain
 class DecisionPoint:
     """What a policy sees at one decision; feature views are computed only when asked for."""
 
-    __slots__ = ("_obs", "_view", "heuristic", "index")
+    __slots__ = ("_obs", "_view", "heuristic", "index", "language")
 
-    def __init__(self, view: FeatureView, obs: Observation, heuristic: int | None, index: int) -> None:
+    def __init__(
+        self, view: FeatureView, obs: Observation, heuristic: int | None, index: int, language: str | None = None
+    ) -> None:
         self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
+        self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
 
     def vector(self) -> np.ndarray:
         """Visible features flattened to float32, in the problem's feature order."""
@@ -74,6 +77,7 @@ def rollout(
     heuristic: list[int] = []
     log_probs: list[float] = []
     features: list[np.ndarray] = []
+    lang = module.language
     with Episode(
         problem, module, toolchain, timeout=timeout, transcript=transcript, keep_object=keep_object,
         extra_flags=extra_flags,
@@ -83,7 +87,7 @@ def rollout(
         while obs is not None:
             assert view is not None
             h = problem.heuristic_action(view, obs)
-            point = DecisionPoint(view, obs, h, len(actions))
+            point = DecisionPoint(view, obs, h, len(actions), lang)
             choice = policy(point)
             if isinstance(choice, tuple):
                 choice, log_prob = choice

@@ -42,6 +42,7 @@ from optgym.problems import FeatureView, Problem, get_problem
 from optgym.protocol import Header
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain.interactive import InteractiveCompile
+from optgym.toolchain.language import driver_language
 from optgym.toolchain.llvm import find_toolchain, parse_version
 
 MAX_REQUEST = 1 << 20
@@ -136,7 +137,7 @@ class Server:
         )
         try:
             threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
-            return self._drive(compile_)
+            return self._drive(compile_, driver_language(argv))
         except Exception as e:  # a policy bug must never break the build: the launcher reruns plainly
             return {"fallback": True, "warning": f"policy {self.policy_spec} failed: {type(e).__name__}: {e}"}
         finally:
@@ -153,7 +154,7 @@ class Server:
             cached = self._views = (header, view, _fits(self.policy, self.problem, header, self.toolchain.version))
         return cached[1], cached[2]
 
-    def _drive(self, compile_: InteractiveCompile) -> dict[str, Any]:
+    def _drive(self, compile_: InteractiveCompile, compile_language: str) -> dict[str, Any]:
         header = compile_.start()
         warning = None
         if header is not None:
@@ -171,7 +172,7 @@ class Server:
             while (obs := next_observation()) is not None:
                 heuristic = heuristic_action(view, obs)
                 if warning is None:
-                    choice = policy(DecisionPoint(view, obs, heuristic, index))
+                    choice = policy(DecisionPoint(view, obs, heuristic, index, compile_language))
                     action = choice[0] if isinstance(choice, tuple) else choice
                 else:
                     action = heuristic

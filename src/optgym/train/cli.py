@@ -420,7 +420,7 @@ def imitate_command(
 
 
 def _shifts(text: str) -> list[int | None]:
-    """``--up``/``--down`` values: comma-separated integers, ``none`` for clang's own."""
+    """``--up`` values: comma-separated integers, ``none`` for clang's own."""
     try:
         return [None if v.strip() == "none" else int(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -435,24 +435,26 @@ def threshold_command(
     split: Annotated[str, typer.Option(help="tune on this side of the corpus's stored split (all: every module)")] = (
         "train"
     ),
-    up: Annotated[str, typer.Option(help="candidates: also inline where cost − threshold ≤ K (none: never)")] = (
-        "none,0,1,2,5,10"
-    ),
-    down: Annotated[str, typer.Option(help="candidates: do not inline where threshold − cost ≤ K")] = "none",
-    max_regressed: Annotated[float, typer.Option(help="largest share of modules > 1 % worse allowed")] = 0.05,
+    up: Annotated[
+        str, typer.Option(help="candidates, per language: also inline where cost − threshold ≤ K (none: never)")
+    ] = "none,0,2,5,10",
+    max_regressed: Annotated[
+        float, typer.Option(help="largest share of a language's modules > 1 % worse a candidate may have")
+    ] = 0.05,
     sampling_rate: Annotated[float, typer.Option(help="tune on this reproducible fraction of the modules")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the module sample")] = 0,
     workers: Workers = None,
     timeout: Timeout = 120.0,
     final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
 ) -> None:
-    """Clang's heuristic with its cost threshold moved, the shift tuned on the corpus (one compile per module
-    and candidate); the result is an ordinary policy (export, serve, warm-start ES). See optgym.train.threshold."""
+    """Clang's heuristic with its cost threshold moved, the shift tuned per language on the corpus (one compile
+    per module and candidate); the result is an ordinary policy (export, serve, warm-start ES). See
+    optgym.train.threshold."""
     from optgym.errors import OptgymError
     from optgym.train.threshold import ThresholdConfig, train_threshold
 
     cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=None if split == "all" else split,
-                          up=_shifts(up), down=_shifts(down),
+                          up=_shifts(up),
                           max_regressed=max_regressed, sampling_rate=sampling_rate, seed=seed, workers=workers,
                           timeout=timeout,
                           final_eval=final_eval)  # fmt: skip
