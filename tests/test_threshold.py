@@ -61,6 +61,15 @@ def test_train_threshold_tunes_each_language_and_writes_a_servable_policy(corpus
     metrics = json.loads((run / "final" / "metrics.json").read_text())
     assert metrics["chosen"] == table["chosen"] and metrics["all"]["modules_ok"] >= 2
     assert resolve_policy(str(run)).identity.startswith("mlp:")
+    # the recorded configuration reproduces the run
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    again = tmp_path / "again"
+    result = CliRunner().invoke(app, ["train", "--config", str(run / "config.toml"), "-o", str(again)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((again / "candidates.json").read_text())["chosen"] == table["chosen"]
 
 
 def test_the_exported_graph_reads_the_language_as_the_policy_does(trace_dir, tmp_path):

@@ -280,6 +280,10 @@ def _rerun(algorithm: str, options: dict, target: Path) -> None:
         from optgym.train.imitate import ImitateConfig, train_imitate
 
         train_imitate(ImitateConfig(**{**options, "output": str(target)}), say=console.print)
+    elif algorithm == "threshold":
+        from optgym.train.threshold import config_from_options, train_threshold
+
+        train_threshold(config_from_options(options, target), say=console.print)
     else:
         from optgym.train.sb3 import SB3Config, train_sb3
 

@@ -103,7 +103,8 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     from optgym.evaluate.evaluation import evaluate, summarize
 
     run = prepare_run_dir(Path(cfg.output), resume=False)
-    write_config(run, "threshold", {**asdict(cfg), "up": [_label(k) for k in cfg.up]})  # TOML has no null
+    # TOML has no null: "none" and "all" stand for None
+    write_config(run, "threshold", {**asdict(cfg), "up": [_label(k) for k in cfg.up], "split": cfg.split or "all"})
     problem = get_problem(cfg.problem)
     features = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
     if "threshold" not in features or "cost_estimate" not in features:
@@ -155,4 +156,12 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
                           workers=cfg.workers, timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
 
 
-__all__ = ["ThresholdConfig", "threshold_policy", "train_threshold"]
+def config_from_options(options: dict[str, Any], output: Path | str) -> ThresholdConfig:
+    """A recorded ``[run]`` table (``RUN/config.toml``) as a config writing to ``output``."""
+    fields = {k: v for k, v in options.items() if k in ThresholdConfig.__dataclass_fields__}
+    fields["up"] = [None if k == "none" else int(k) for k in fields.get("up", [])]
+    fields["split"] = None if fields.get("split", "all") == "all" else fields["split"]
+    return ThresholdConfig(**{**fields, "output": str(output)})
+
+
+__all__ = ["ThresholdConfig", "config_from_options", "threshold_policy", "train_threshold"]
