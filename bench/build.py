@@ -17,8 +17,9 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
 (4) policy      ``optgym-cc``/``optgym-c++`` with a trained policy (``--policy``; a run or policy
                 directory is exported to ONNX first, so the shipped format is what is measured). Without
                 ``--policy`` a quick behavioral-cloning policy is trained on the demo corpus (``optgym
-                corpus debian --preset demo`` → trace → vocab → ``train bc`` → ``export``), cached in the
-                work directory; if that is impossible the variant runs ``never`` and says so. It runs
+                corpus debian --preset demo`` → trace → vocab → ``train bc`` → ``export``), trained once
+                in the work directory and exported again on every run (the export format is part of what
+                is measured); if that is impossible the variant runs ``never`` and says so. It runs
                 with ``OPTGYM_STRICT=1``: a fallback to clang's heuristic would fail the build instead of
                 quietly timing something else.
 
@@ -64,6 +65,7 @@ from host_overhead import build_c_host  # bench/ is not a package: the shared C 
 from optgym.corpus.debian import enable_deb_src
 from optgym.errors import OptgymError
 from optgym.evaluate.elf_sizes import compare_builds
+from optgym.policies.mlp import is_policy_dir
 from optgym.problems import get_problem
 from optgym.toolchain.llvm import Toolchain, find_toolchain
 
@@ -214,8 +216,9 @@ def prepare_policy(spec: str | None, corpus: Path | None, work: Path, jobs: int,
             return str(out), f"{spec} (exported to ONNX)"
         return spec, spec
     out = train / "bc.onnx"
-    if out.is_file():
-        return str(out), f"BC policy on the demo corpus, ONNX (cached: {out})"
+    if is_policy_dir(train / "bc" / "policy"):  # trained before: export again, so what runs is today's format
+        optgym(["export", str(train / "bc"), "-o", str(out)], log, jobs)
+        return str(out), f"BC policy on the demo corpus, ONNX (trained before: {train / 'bc'})"
     t0 = time.perf_counter()
     try:
         if corpus is None:
@@ -234,6 +237,19 @@ def prepare_policy(spec: str | None, corpus: Path | None, work: Path, jobs: int,
         return "never", "never (training failed: see " + str(log) + ")"
     say(console, f"[dim]policy trained and exported in {time.perf_counter() - t0:.0f} s: {out}[/]")
     return str(out), "BC policy on the demo corpus, ONNX"
+
+
+def fresh_bytecode() -> None:
+    """Compile optgym's and the launcher's bytecode now. Under ``PYTHONDONTWRITEBYTECODE`` (set in many
+    CI and container environments) a stale ``.pyc`` is never rewritten: every launcher — one per
+    compile — and every server start would compile the source again, which is not what a user of an
+    installed optgym pays (``make setup`` runs the same compileall)."""
+    import optgym
+    import optgym_cc
+
+    for package in (optgym, optgym_cc):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(package.__file__).parent)],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
 
 
 # -- building and timing ----------------------------------------------------------------------------
@@ -412,13 +428,15 @@ def main(argv: list[str] | None = None) -> int:
         toolchain = find_toolchain(("inliner",))
         src = fetch_project(args.project, work, console)
         policy, policy_label = prepare_policy(args.policy, args.corpus, work, args.jobs, console)
+        fresh_bytecode()
         host = build_c_host(work)
         chost_cc, chost_cxx = write_wrappers(toolchain, host, work / "bin")
     except (BenchError, OptgymError) as e:
         say(console, f"[bold red]error:[/] {e}")
         return 1
+    load_start = os.getloadavg()[0]
     say(console, f"[bold]{args.project}[/] {src.name} from Debian; {toolchain.banner}; -j {args.jobs}, "
-                 f"{args.repeat} rounds; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
+                 f"{args.repeat} rounds; load average {load_start:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
     clang = toolchain.bin_dir
     variants = {
         "plain": Variant("plain", "(1) clang-22 -Oz", str(clang / "clang"), str(clang / "clang++")),
@@ -479,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({"project": args.project, "source": src.name, "compiler": toolchain.banner,
                                          "jobs": args.jobs, "repeat": args.repeat, "policy": policy,
                                          "target_policy_over_c_host": TARGET, "variants": rows,
-                                         "load_average_end": load}, indent=2) + "\n")  # fmt: skip
+                                         "load_average_start": load_start, "load_average_end": load},
+                                        indent=2) + "\n")  # fmt: skip
     return status
 
 

@@ -122,8 +122,10 @@ def test_simultaneous_compiles_start_one_server_for_cc_and_cxx(tmp_path):
     for job in jobs:
         _, err = job.communicate(timeout=300)
         assert job.returncode == 0 and err == "", err
-    assert len(_servers(runtime)) == 1
+    servers = _servers(runtime)
+    assert len(servers) == 1
     assert len(list((runtime / "optgym").glob("serve-*.sock"))) == 1
+    servers[0].kill()
 
 
 def test_corrupt_policy_falls_back_with_one_warning(tmp_path):
