@@ -1,0 +1,26 @@
+#!/bin/bash
+# Linked-binary sizes of a held-out CMake project built twice at -Oz: plain clang-22, and optgym-cc/optgym-c++
+# with the shipped policy (OPTGYM_POLICY unset, OPTGYM_STRICT=1 so a fallback would fail the build), then
+# `optgym compare-sizes` on both fields. Per-object sizes over-count template code the linker deduplicates;
+# this is the figure a user sees.
+#
+#   apt-get source uchardet woff2 && bench/heldout_linked.sh woff2-1.0.2 [WORKDIR]
+set -euo pipefail
+src=$(realpath "$1"); work=${2:-$PWD}; name=$(basename "$src"); mkdir -p "$work"
+bin=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../.venv/bin
+llvm=/usr/lib/llvm-22/bin
+for variant in plain optgym; do
+  build="$work/build-$name-$variant"
+  rm -rf "$build"
+  if [ "$variant" = plain ]; then cc=$llvm/clang; cxx=$llvm/clang++; else cc=$bin/optgym-cc; cxx=$bin/optgym-c++; fi
+  start=$SECONDS
+  (unset OPTGYM_POLICY; export OPTGYM_STRICT=1
+   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+     -DCMAKE_BUILD_TYPE=MinSizeRel -DCMAKE_C_FLAGS_MINSIZEREL="-Oz -DNDEBUG" -DCMAKE_CXX_FLAGS_MINSIZEREL="-Oz -DNDEBUG" \
+     -DCMAKE_AR=$llvm/llvm-ar -DCMAKE_RANLIB=$llvm/llvm-ranlib >"$build.log" 2>&1
+   cmake --build "$build" -j 2 >>"$build.log" 2>&1) || { echo "$name: the $variant build failed, see $build.log"; exit 1; }
+  echo "$name $variant: built in $((SECONDS - start)) s"
+done
+for field in text code; do
+  "$bin/optgym" compare-sizes "$work/build-$name-plain" "$work/build-$name-optgym" --field "$field"
+done
