@@ -8,10 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
+from optgym.policies.mlp import MLPPolicy
+from optgym.problems.inputs import CXX_INPUT, RESIDUAL_EXTRAS
+from optgym.problems.normalize import Vocab
+from optgym.rollout.rollout import DecisionPoint
+from optgym.serve.server import Server, _memoizable
 from optgym.toolchain import object_sizes
+from optgym.toolchain.interactive import InteractiveCompile
 
 BIN = Path(sys.executable).parent
 CC, CXX = str(BIN / "optgym-cc"), str(BIN / "optgym-c++")
@@ -126,6 +133,57 @@ def test_simultaneous_compiles_start_one_server_for_cc_and_cxx(tmp_path):
     assert len(servers) == 1
     assert len(list((runtime / "optgym").glob("serve-*.sock"))) == 1
     servers[0].kill()
+
+
+class _Point:
+    """What MLPPolicy may read of a decision point; anything else it starts reading fails here loudly."""
+
+    def __init__(self, vector: np.ndarray, heuristic: int, index: int, language: str) -> None:
+        self._v, self.heuristic, self.index, self.language = vector, heuristic, index, language
+
+    def vector(self) -> np.ndarray:
+        return self._v
+
+
+def test_the_servers_memo_keys_on_everything_a_policy_reads(vocab_path):
+    """The server remembers a greedy MLPPolicy's answer per (view, observation bytes, heuristic, language):
+    exact only while those are all a decision depends on."""
+    assert DecisionPoint.__slots__ == ("_obs", "_view", "heuristic", "index", "language"), (
+        "DecisionPoint has a new input: add it to the memo key in optgym/serve/server.py"
+    )
+    policy = MLPPolicy.initial(Vocab.load(vocab_path), extras=(*RESIDUAL_EXTRAS, CXX_INPUT), seed=3)
+    policy.weights = [(w * 50, b) for w, b in policy.weights]  # decisions that vary
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        v = rng.integers(0, 1 << 10, len(policy.feature_names)).astype(np.float32)
+        h, lang = int(rng.integers(0, 2)), str(rng.choice(["c", "c++"]))
+        assert policy(_Point(v, h, 0, lang)) == policy(_Point(v, h, int(rng.integers(1, 999)), lang))
+    assert _memoizable(policy) and not _memoizable(policy.stochastic(1))
+
+
+def test_memoized_answers_compile_the_same_object(vocab_path, tmp_path):
+    policy = MLPPolicy.initial(Vocab.load(vocab_path), extras=RESIDUAL_EXTRAS, seed=5)
+    policy.weights = [(w * 50, b) for w, b in policy.weights]
+    policy.save(tmp_path / "coin")
+    server = Server(str(tmp_path / "coin"))
+    (tmp_path / "x.c").write_text(LIB_C + "int g(int y) { return apply(twice, y) + twice(y + 1); }\n")
+    flags = server.problem.compile_flags()
+
+    def compile_(name: str) -> bytes:
+        argv = ["/usr/lib/llvm-22/bin/clang", "-Oz", "-c", "x.c", "-o", name]
+        compile_ = InteractiveCompile(lambda base: [*argv, *flags, *server.problem.channel_flags(base)], cwd=tmp_path)
+        with compile_:
+            reply = server._drive(compile_, "c")
+        assert reply["returncode"] == 0 and reply["decisions"] > 0
+        return (tmp_path / name).read_bytes()
+
+    cold = compile_("cold.o")
+    remembered = len(server.memo or {})
+    assert remembered > 0
+    warm = compile_("warm.o")
+    assert len(server.memo or {}) == remembered  # every answer came from the memo
+    server.memo = None
+    assert compile_("plain.o") == cold == warm
 
 
 def test_corrupt_policy_falls_back_with_one_warning(tmp_path):
