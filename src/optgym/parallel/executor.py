@@ -130,7 +130,9 @@ def _exit_with_driver(driver: int) -> None:
     try:
         fd = os.pidfd_open(driver)
     except (OSError, AttributeError):  # already gone, or no pidfd on this kernel: nothing to watch
-        if not _alive(driver):
+        from optgym.toolchain.process import pid_alive
+
+        if not pid_alive(driver):
             os._exit(1)
         return
 
@@ -139,16 +141,6 @@ def _exit_with_driver(driver: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="optgym-driver-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ProcessExecutor:

@@ -166,7 +166,8 @@ def runtime_root() -> Path:
     return root
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -181,7 +182,7 @@ def sweep_stale(root: Path) -> int:
     removed = 0
     for entry in root.iterdir() if root.exists() else ():
         pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
     return removed
