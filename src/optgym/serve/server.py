@@ -11,7 +11,9 @@ with clang's exit status.
 A cold build waits for the server's start, so it is kept short: one server however many compiles
 arrive at once (the launcher's ``flock``, handed to the server and held until it exits), no
 gymnasium (``OPTGYM_NO_GYMNASIUM``), exported policies served by numpy rather than onnxruntime
-(:mod:`optgym.policies.embedded`), and the compiler check running beside the policy load.
+(:mod:`optgym.policies.embedded`), and the compiler check running beside the policy load. Per
+decision, a greedy MLPPolicy's answer to a decision point it has seen before (same features,
+heuristic answer and language: a third of a C++ build's) is remembered rather than recomputed.
 
 Falling back never breaks a build: when the policy does not fit this compiler (feature names or
 compiler version differ from the ones it was trained with) every decision gets clang's own answer
