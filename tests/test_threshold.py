@@ -19,7 +19,7 @@ PROBLEM = get_problem("inline-size")
 NAMES = [s.name for s in PROBLEM.expected_features() if s.name not in PROBLEM.hidden_features]
 
 
-@pytest.mark.parametrize(("cxx", "c"), [(None, None), (5, None), (None, 5), (0, 20)])
+@pytest.mark.parametrize(("cxx", "c"), [(None, None), (5, None), (None, 5), (0, 20), ((20, 3), (10, 2))])
 def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_dir, toolchain):
     """Every decision of a real compile is clang's, moved exactly as asked in that module's language
     (d = threshold − cost): the tests' corpus has C and C++ modules."""
@@ -31,11 +31,13 @@ def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_d
         if run.trajectory.features is None or not len(run.trajectory.actions):
             continue
         lang = "C++" if module.language == "C++" else "C"
-        up = cxx if lang == "C++" else c
+        shift = cxx if lang == "C++" else c
+        up, users = shift if isinstance(shift, tuple) else (shift, None)
         f = run.trajectory.features
         d = f[:, NAMES.index("threshold")] - f[:, NAMES.index("cost_estimate")]
         h = run.trajectory.heuristic
-        expected = (h == 1) | (d >= (np.inf if up is None else -up))
+        gate = f[:, NAMES.index("callee_users")] <= (np.inf if users is None else users)
+        expected = (h == 1) | ((d >= (np.inf if up is None else -up)) & gate)
         assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
         checked[lang] += len(d)
     assert checked["C"] >= 1 and checked["C++"] > 100
@@ -49,15 +51,15 @@ def test_the_policy_needs_the_language():
 
 def test_train_threshold_tunes_each_language_and_writes_a_servable_policy(corpus_dir, tmp_path):
     run = tmp_path / "run"
-    train_threshold(ThresholdConfig(str(corpus_dir), str(run), split=None, up=[None, 5], workers=1),
+    train_threshold(ThresholdConfig(str(corpus_dir), str(run), split=None, up=["none", "5", "20/3"], workers=1),
                     say=lambda s: None)  # fmt: skip
     table = json.loads((run / "candidates.json").read_text())
-    assert [c["up"] for c in table["candidates"]] == [None, 5]
+    assert [c["up"] for c in table["candidates"]] == ["none", "5", "20/3"]
     none = table["candidates"][0]
     for lang in ("C", "C++"):
         assert none[lang]["total_ratio"] == 1.0 and none[lang]["regressed"] == 0 and none[lang]["improved"] == 0
         best = min(table["candidates"], key=lambda c, lang=lang: c[lang]["total_ratio"])
-        assert table["chosen"][lang] == ("none" if best["up"] is None else str(best["up"]))
+        assert table["chosen"][lang] == best["up"]
     metrics = json.loads((run / "final" / "metrics.json").read_text())
     assert metrics["chosen"] == table["chosen"] and metrics["all"]["modules_ok"] >= 2
     assert resolve_policy(str(run)).identity.startswith("mlp:")
@@ -79,7 +81,7 @@ def test_the_exported_graph_reads_the_language_as_the_policy_does(trace_dir, tmp
     from optgym.policies.export import OnnxPolicy
     from optgym.train.trace import feature_matrix, iter_batches
 
-    policy_dir = threshold_policy(NAMES, cxx=10, c=0).save(tmp_path / "policy")
+    policy_dir = threshold_policy(NAMES, cxx=(10, 2), c=0).save(tmp_path / "policy")
     result = CliRunner().invoke(app, ["export", str(policy_dir), "-o", str(tmp_path / "t.onnx")])
     assert result.exit_code == 0, result.output
     exported, trained = OnnxPolicy.load(tmp_path / "t.onnx"), MLPPolicy.load(policy_dir)

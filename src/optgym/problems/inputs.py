@@ -18,6 +18,8 @@ Derived inputs are named, and the names are stored with the policy:
   threshold shrinks C++ and grows C. The language is the module's in a rollout
   (:attr:`optgym.corpus.Module.language`) and the compile's in a served build
   (:func:`optgym.toolchain.language.driver_language`);
+* ``at_most:A:K`` — ``1`` where raw feature ``A`` is at most the integer ``K`` (a gate: the shipped policy
+  moves clang's threshold only for callees with few users, ``at_most:callee_users:2``);
 * ``margin:A-B`` — ``sign(A - B) · log1p(|A - B|) / 8`` of two raw features ``A`` and ``B``
   (``margin:threshold-cost_estimate`` is positive where clang's cost model inlines); the ``/ 8``
   keeps the usual range (|A - B| up to a few thousand) near ``[-1, 1]``.
@@ -36,17 +38,28 @@ from optgym.problems.normalize import Normalizer, Vocab, VocabError
 HEURISTIC_INPUT = "heuristic"
 CXX_INPUT = "cxx"
 MARGIN_PREFIX = "margin:"
+AT_MOST_PREFIX = "at_most:"
 MARGIN_SCALE = 8.0
 #: What ``optgym train imitate`` and ``--extras residual`` give a network for inline-size.
 RESIDUAL_EXTRAS = (HEURISTIC_INPUT, "margin:threshold-cost_estimate")
 
 
 def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(kind, a, b)`` per derived input, ``a``/``b`` the raw-feature columns of a margin (else -1)."""
+    """``(kind, a, b)`` per derived input: ``a``/``b`` the raw-feature columns of a margin, the column and
+    bound of an ``at_most``, else -1."""
     parsed = []
     for extra in extras:
         if extra in (HEURISTIC_INPUT, CXX_INPUT):
             parsed.append((extra, -1, -1))
+            continue
+        if extra.startswith(AT_MOST_PREFIX) and extra.count(":") == 2:
+            _, feature, bound = extra.split(":")
+            if feature not in names:
+                raise VocabError(f"derived input {extra!r} names feature {feature!r}, which the vocab does not have")
+            try:
+                parsed.append(("at_most", list(names).index(feature), int(bound)))
+            except ValueError:
+                raise VocabError(f"derived input {extra!r}: the bound must be an integer") from None
             continue
         if extra.startswith(MARGIN_PREFIX) and "-" in extra[len(MARGIN_PREFIX) :]:
             a, b = extra[len(MARGIN_PREFIX) :].split("-", 1)
@@ -55,7 +68,9 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
                 raise VocabError(f"derived input {extra!r} names features {missing} that the vocab does not have")
             parsed.append(("margin", list(names).index(a), list(names).index(b)))
             continue
-        raise VocabError(f"unknown derived input {extra!r}: 'heuristic', 'cxx' or 'margin:A-B' (A, B feature names)")
+        raise VocabError(
+            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'at_most:A:K' or 'margin:A-B' (A, B feature names)"
+        )
     return parsed
 
 
@@ -103,6 +118,8 @@ class PolicyInputs:
                     raise VocabError(f"this policy reads {what}, and none was given")
                 flag = np.asarray(value, dtype=np.float64) > 0
                 columns.append(np.broadcast_to(flag.astype(np.float64), raw.shape[:-1]))
+            elif kind == "at_most":
+                columns.append((raw[..., a] <= b).astype(np.float64))
             else:
                 columns.append(margin(raw[..., a], raw[..., b]))
         out = np.concatenate([normalized, np.stack(columns, axis=-1)], axis=-1)

@@ -423,15 +423,6 @@ def imitate_command(
         _fail(str(e))
 
 
-def _shifts(text: str) -> list[int | None]:
-    """``--up`` values: comma-separated integers, ``none`` for clang's own."""
-    try:
-        return [None if v.strip() == "none" else int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        _fail(f"expected comma-separated integers or 'none', not {text!r}")
-        raise
-
-
 @train_app.command("threshold")
 def threshold_command(
     corpus: Annotated[Path, typer.Option(help="corpus directory")],
@@ -440,11 +431,15 @@ def threshold_command(
         "train"
     ),
     up: Annotated[
-        str, typer.Option(help="candidates, per language: also inline where cost − threshold ≤ K (none: never)")
-    ] = "none,0,2,5,10",
+        str,
+        typer.Option(
+            help="candidates, comma-separated: K (also inline where cost − threshold ≤ K), K/U (only where "
+            "the callee has ≤ U users), none (clang's own)"
+        ),
+    ] = "none,0,2,5,10,10/2,10/4",
     max_regressed: Annotated[
         float, typer.Option(help="largest share of a language's modules > 1 % worse a candidate may have")
-    ] = 0.05,
+    ] = 0.02,
     sampling_rate: Annotated[float, typer.Option(help="tune on this reproducible fraction of the modules")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the module sample")] = 0,
     workers: Workers = None,
@@ -458,7 +453,7 @@ def threshold_command(
     from optgym.train.threshold import ThresholdConfig, train_threshold
 
     cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=None if split == "all" else split,
-                          up=_shifts(up),
+                          up=[v.strip() for v in up.split(",") if v.strip()],
                           max_regressed=max_regressed, sampling_rate=sampling_rate, seed=seed, workers=workers,
                           timeout=timeout,
                           final_eval=final_eval)  # fmt: skip
