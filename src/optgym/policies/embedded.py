@@ -40,12 +40,10 @@ from typing import Any
 
 from optgym.policies import file_identity
 from optgym.policies.export import (
-    EXPORT_FORMAT_VERSION,
-    EXPORT_KIND,
-    META_KEY,
     VOCAB_KEY,
     ExportError,
     OnnxPolicy,
+    check_metadata,
 )
 from optgym.policies.mlp import MLPPolicy, PolicyFileError
 
@@ -142,24 +140,6 @@ class ExportedPolicy(MLPPolicy):
     metadata: dict[str, Any]
 
 
-def _metadata(path: Path, props: dict[str, str]) -> dict[str, Any]:
-    """The ``optgym`` metadata, checked as :meth:`OnnxPolicy.load` checks it."""
-    if META_KEY not in props:
-        raise ExportError(f"{path} is an ONNX model but not an optgym policy (no '{META_KEY}' metadata)")
-    try:
-        metadata = json.loads(props[META_KEY])
-    except ValueError as e:
-        raise ExportError(f"{path}: its '{META_KEY}' metadata is not JSON: {e}") from None
-    if not isinstance(metadata, dict):
-        raise ExportError(f"{path}: its '{META_KEY}' metadata is not a JSON object")
-    if metadata.get("kind") != EXPORT_KIND:
-        raise ExportError(f"{path}: metadata kind {metadata.get('kind')!r}, expected {EXPORT_KIND!r}")
-    version = metadata.get("format_version")
-    if not isinstance(version, int) or version > EXPORT_FORMAT_VERSION:
-        raise ExportError(f"{path} has export format {version!r}; this optgym reads ≤ {EXPORT_FORMAT_VERSION}")
-    return metadata
-
-
 def _unpack(path: Path, props: dict[str, str], directory: Path) -> None:
     """Write the embedded policy directory's files into ``directory``."""
     try:
@@ -192,7 +172,7 @@ def load_embedded(path: Path | str) -> ExportedPolicy | None:
         raise ExportError(f"{path} is not a valid ONNX policy (damaged or not ONNX): {e}") from None
     if graph is None:
         raise ExportError(f"{path} is not a valid ONNX policy (damaged or not ONNX): no graph")
-    metadata = _metadata(path, props)
+    metadata = check_metadata(path, props)
     if POLICY_KEY not in props:
         return None
     if props.get(GRAPH_SHA_KEY) != hashlib.sha256(graph).hexdigest():

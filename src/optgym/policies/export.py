@@ -398,6 +398,25 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
 # -- loading and serving --------------------------------------------------------------------------
 
 
+def check_metadata(path: Path, props: dict[str, str]) -> dict[str, Any]:
+    """The ``optgym`` metadata of an exported file, checked (present, JSON, kind, format version): one check
+    for both ways of loading an export (onnxruntime, and the embedded numpy policy)."""
+    if META_KEY not in props:
+        raise ExportError(f"{path} is an ONNX model but not an optgym policy (no '{META_KEY}' metadata)")
+    try:
+        metadata = json.loads(props[META_KEY])
+    except ValueError as e:
+        raise ExportError(f"{path}: its '{META_KEY}' metadata is not JSON: {e}") from None
+    if not isinstance(metadata, dict):
+        raise ExportError(f"{path}: its '{META_KEY}' metadata is not a JSON object")
+    if metadata.get("kind") != EXPORT_KIND:
+        raise ExportError(f"{path}: metadata kind {metadata.get('kind')!r}, expected {EXPORT_KIND!r}")
+    version = metadata.get("format_version")
+    if not isinstance(version, int) or version > EXPORT_FORMAT_VERSION:
+        raise ExportError(f"{path} has export format {version!r}; this optgym reads ≤ {EXPORT_FORMAT_VERSION}")
+    return metadata
+
+
 class OnnxPolicy:
     """An exported policy, run by onnxruntime; called on a :class:`DecisionPoint` like ``MLPPolicy``
     (``(action, log_prob)``; greedy unless made :meth:`stochastic`)."""
@@ -435,17 +454,7 @@ class OnnxPolicy:
         except Exception as e:  # protobuf's DecodeError, onnx's ValidationError: the file is damaged
             raise ExportError(f"{path} is not a valid ONNX policy (damaged or not ONNX): {_first_line(e)}") from None
         props = {p.key: p.value for p in model.metadata_props}
-        if META_KEY not in props:
-            raise ExportError(f"{path} is an ONNX model but not an optgym policy (no '{META_KEY}' metadata)")
-        try:
-            metadata = json.loads(props[META_KEY])
-        except ValueError as e:
-            raise ExportError(f"{path}: its '{META_KEY}' metadata is not JSON: {e}") from None
-        if metadata.get("kind") != EXPORT_KIND:
-            raise ExportError(f"{path}: metadata kind {metadata.get('kind')!r}, expected {EXPORT_KIND!r}")
-        version = metadata.get("format_version")
-        if not isinstance(version, int) or version > EXPORT_FORMAT_VERSION:
-            raise ExportError(f"{path} has export format {version!r}; this optgym reads ≤ {EXPORT_FORMAT_VERSION}")
+        metadata = check_metadata(path, props)
         if props.get(DIGEST_KEY) != graph_digest(model):
             raise ExportError(f"{path} is damaged: its graph does not match the digest recorded at export")
         features = metadata.get("features")
