@@ -117,9 +117,10 @@ def _server_socket(policy: str, clang: str) -> str:
     The interpreter is part of the key, so both ends speak the same ``marshal``.
     """
     ident = [PROTOCOL, policy, os.path.dirname(clang), sys.executable]
-    if os.path.exists(policy):
-        st = os.stat(policy)
-        ident += [os.path.realpath(policy), str(st.st_ino), str(st.st_mtime_ns)]
+    path = PRETRAINED if policy == "pretrained" else policy  # a replaced shipped file gets a new server too
+    if os.path.exists(path):
+        st = os.stat(path)
+        ident += [os.path.realpath(path), str(st.st_ino), str(st.st_mtime_ns)]
     return os.path.join(_runtime_root(), f"serve-{_sha256_hex(chr(0).join(ident).encode())[:16]}.sock")
 
 
