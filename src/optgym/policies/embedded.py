@@ -44,6 +44,7 @@ from optgym.policies.export import (
     ExportError,
     OnnxPolicy,
     check_metadata,
+    read_policy_bytes,
 )
 from optgym.policies.mlp import MLPPolicy, PolicyFileError
 
@@ -162,10 +163,7 @@ def load_embedded(path: Path | str) -> ExportedPolicy | None:
     """The numpy policy embedded in an exported file, verified (see the module doc); ``None`` when the
     file embeds none (an older export: run it with :class:`OnnxPolicy`)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ExportError(f"cannot read policy {path}: {e}") from None
+    data = read_policy_bytes(path)
     try:
         graph, props = read_model_fields(data)
     except WireError as e:

@@ -398,6 +398,14 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
 # -- loading and serving --------------------------------------------------------------------------
 
 
+def read_policy_bytes(path: Path) -> bytes:
+    """An exported file's bytes, or a clear error naming it."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ExportError(f"cannot read policy {path}: {e}") from None
+
+
 def check_metadata(path: Path, props: dict[str, str]) -> dict[str, Any]:
     """The ``optgym`` metadata of an exported file, checked (present, JSON, kind, format version): one check
     for both ways of loading an export (onnxruntime, and the embedded numpy policy)."""
@@ -444,10 +452,7 @@ class OnnxPolicy:
         import onnx
 
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ExportError(f"cannot read policy {path}: {e}") from None
+        data = read_policy_bytes(path)
         try:
             model = onnx.load_model_from_string(data)
             onnx.checker.check_model(model)
