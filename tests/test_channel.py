@@ -213,7 +213,8 @@ def _running(pid: int) -> bool:
 
 
 HOST = """
-import sys, time, optgym
+import faulthandler, signal, sys, time, optgym
+faulthandler.register(signal.SIGUSR1)  # the test asks for a stack dump if the host hangs
 env = optgym.make("inline-size", corpus=sys.argv[1])
 obs, info = env.reset(options={"module": "zoo"})
 for _ in range(3):
@@ -224,22 +225,29 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
-def test_compiler_never_outlives_its_host(corpus_dir, sig):
+def test_compiler_never_outlives_its_host(corpus_dir, sig, tmp_path):
     """A host killed mid-episode takes its clang with it (clang would spin at 100 % CPU forever)."""
+    # stderr to a file, not a pipe: a host blocked on a full pipe nobody reads would look like a hang
+    err = tmp_path / "host.err"
     host = subprocess.Popen(
         [sys.executable, "-c", HOST, str(corpus_dir)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=err.open("w"),
         text=True,
         env=os.environ.copy(),
     )
     try:
         line = host.stdout.readline()
-        assert line.strip().isdigit(), host.stderr.read()
+        assert line.strip().isdigit(), err.read_text()
         clang = int(line)
         assert _running(clang) and "clang" in psutil.Process(clang).name()
         host.send_signal(sig)
-        host.wait(timeout=30)
+        try:
+            host.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            host.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            pytest.fail(f"host still running 60 s after {sig.name}; its stacks:\n{err.read_text()}")
         deadline = time.monotonic() + 10
         while _running(clang) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -98,7 +98,7 @@ def test_served_compile_matches_an_interactive_never_inline(tmp_path, corpus):
     (tmp_path / "lib.c").write_text(LIB_C + "int main(void) { return apply(twice, 3); }\n")
     served = run([CC, "-Oz", "-c", "lib.c", "-o", "served.o"], tmp_path, OPTGYM_POLICY="never")
     plain = run(["/usr/lib/llvm-22/bin/clang", "-Oz", "-c", "lib.c", "-o", "plain.o"], tmp_path)
-    assert served.returncode == plain.returncode == 0 and served.stderr == ""
+    assert served.returncode == plain.returncode == 0 and served.stderr == "", served.stderr
     assert object_sizes(tmp_path / "served.o").text_bytes > object_sizes(tmp_path / "plain.o").text_bytes
 
 

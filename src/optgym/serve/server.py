@@ -115,10 +115,18 @@ class Server:
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
 
-    def handle(self, conn: socket.socket) -> None:
-        """One compile for one launcher."""
+    def accepted(self, conn: socket.socket) -> threading.Thread:
+        """Count the connection as active *before* its thread runs, then serve it in that thread: a
+        thread not yet scheduled when the idle check comes would otherwise let the server exit under
+        an accepted launcher (seen on a loaded machine as "went away mid-compile")."""
         with self.lock:
             self.active += 1
+        worker = threading.Thread(target=self.handle, args=(conn,), daemon=True)
+        worker.start()
+        return worker
+
+    def handle(self, conn: socket.socket) -> None:
+        """One compile for one launcher, already counted in ``active`` by :meth:`accepted`."""
         try:
             reply = self._compile(conn)
             with contextlib.suppress(OSError):
@@ -250,7 +258,7 @@ def serve(socket_path: str, policy_spec: str, idle: float) -> None:
                     if server.active == 0 and time.monotonic() - server.last_activity > idle:
                         break
                 continue
-            threading.Thread(target=server.handle, args=(conn,), daemon=True).start()
+            server.accepted(conn)
         # Leaving: first the name goes (new launchers start a new server, which waits for our lock),
         # then every launcher that connected before that is still served — closing the listener
         # with connections in its backlog would fail their compiles.
@@ -265,8 +273,7 @@ def serve(socket_path: str, policy_spec: str, idle: float) -> None:
             except BlockingIOError:
                 break
             conn.setblocking(True)
-            workers.append(threading.Thread(target=server.handle, args=(conn,)))
-            workers[-1].start()
+            workers.append(server.accepted(conn))
         for worker in workers:
             worker.join()
     finally:
