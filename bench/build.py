@@ -89,6 +89,7 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)
     walls: list[float] = field(default_factory=list)
     cpus: list[float] = field(default_factory=list)
+    server_cpus: list[float] = field(default_factory=list)  # the policy server's own, without its compiles
     ctest: dict | None = None
 
     @property
@@ -275,20 +276,23 @@ def servers_under(runtime: Path) -> list[int]:
     return pids
 
 
-def server_cpu_and_stop(runtime: Path) -> float:
-    """CPU seconds of this build's policy servers, with the compiles they ran (reaped, so in cutime);
-    then the servers are stopped, so the next build starts its own as a user's build would."""
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+def server_cpu_and_stop(runtime: Path) -> tuple[float, float]:
+    """``(with compiles, own)``: CPU seconds of this build's policy servers with the compiles they ran
+    (reaped, so in cutime), and of the servers alone — the host's share, which separates what serving
+    costs from what the policy's decisions cost clang; then the servers are stopped, so the next build
+    starts its own as a user's build would."""
+    total, own, tick = 0.0, 0.0, os.sysconf("SC_CLK_TCK")
     for pid in servers_under(runtime):
         with contextlib.suppress(OSError, ValueError):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / tick  # utime stime cutime cstime
+            own += sum(int(fields[i]) for i in (11, 12)) / tick
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while servers_under(runtime) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return total
+    return total, own
 
 
 def variant_env(v: Variant, runtime: Path) -> dict[str, str]:
@@ -311,8 +315,8 @@ def configure(v: Variant, src: Path, build: Path, work: Path) -> None:
         raise BenchError(f"configuring {v.name} failed:\n{tail(log)}")
 
 
-def timed_build(v: Variant, build: Path, work: Path, jobs: int, label: str) -> tuple[float, float]:
-    """``(wall seconds, CPU seconds)`` of a clean rebuild."""
+def timed_build(v: Variant, build: Path, work: Path, jobs: int, label: str) -> tuple[float, float, float]:
+    """``(wall seconds, CPU seconds, policy server's own CPU seconds)`` of a clean rebuild."""
     runtime = work / "run" / f"{v.name}-{label}"
     shutil.rmtree(runtime, ignore_errors=True)
     runtime.mkdir(parents=True)
@@ -324,7 +328,8 @@ def timed_build(v: Variant, build: Path, work: Path, jobs: int, label: str) -> t
     cpu0, t0 = children_cpu(), time.perf_counter()
     status = run_logged(["cmake", "--build", str(build), "-j", str(jobs)], log, env=env)
     wall = time.perf_counter() - t0
-    cpu = children_cpu() - cpu0 + server_cpu_and_stop(runtime)
+    served_cpu, server_own = server_cpu_and_stop(runtime)
+    cpu = children_cpu() - cpu0 + served_cpu
     if status:
         raise BenchError(f"building {v.name} failed:\n{tail(log)}")
     text = log.read_text(errors="replace")
@@ -332,7 +337,7 @@ def timed_build(v: Variant, build: Path, work: Path, jobs: int, label: str) -> t
         raise BenchError(
             f"{v.name}: optgym fell back to clang's heuristic: {re.findall(r'optgym-cc: warning.*', text)[0]}"
         )
-    return wall, cpu
+    return wall, cpu, server_own
 
 
 def run_ctest(build: Path, work: Path, name: str, jobs: int) -> dict:
@@ -385,6 +390,7 @@ def report(variants: dict[str, Variant], builds: dict[str, Path], console: Conso
             "min_wall_over_c_host": low[n] / low["c_host"],
             "cpu_median": cpu[n],
             "cpu_over_c_host": cpu[n] / cpu["c_host"],
+            "server_own_cpu_median": statistics.median(v.server_cpus),
             "code_bytes": code_b,
             "code_over_plain": code_b / code_a if code_a else None,
             "linked_files": files,
@@ -400,6 +406,10 @@ def report(variants: dict[str, Variant], builds: dict[str, Path], console: Conso
     say(console, f"optgym-c++ with the policy ÷ minimal C host, build wall time: {p['wall_over_c_host']:.3f} "
                  f"(target ≤ {TARGET:.2f}) {ok};  from the fastest rounds {p['min_wall_over_c_host']:.3f};  "
                  f"CPU time {p['cpu_over_c_host']:.3f}")  # fmt: skip
+    host, extra = p["server_own_cpu_median"], p["cpu_median"] - rows["c_host"]["cpu_median"]
+    say(console, f"of the policy build's {extra:+.1f} CPU s over the C host's, the policy server's own work (features, "
+                 f"decisions, answers) is {host:.1f} s; the other {extra - host:+.1f} s are clang compiling "
+                 "differently inlined code, a cost of the decisions rather than of serving them")  # fmt: skip
     say(console, f"[dim]wall: median of {len(floor.walls)} clean rebuilds; CPU: the build's processes, policy "
                  f"server and its compiles included; sizes: the {rows['plain']['linked_files']} linked "
                  f"executables and shared libraries, against the plain build[/]")  # fmt: skip
@@ -450,14 +460,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n, v in variants.items():
             configure(v, src, builds[n], work)
-        wall, _ = timed_build(variants["plain"], builds["plain"], work, args.jobs, "warmup")
+        wall, _, _ = timed_build(variants["plain"], builds["plain"], work, args.jobs, "warmup")
         say(console, f"[dim]warm-up build (plain, untimed): {wall:.1f} s[/]")
         for r in range(args.repeat):
             order = VARIANTS[r % 4 :] + VARIANTS[: r % 4]
             for n in order:
-                wall, cpu = timed_build(variants[n], builds[n], work, args.jobs, f"round{r}")
+                wall, cpu, server_own = timed_build(variants[n], builds[n], work, args.jobs, f"round{r}")
                 variants[n].walls.append(wall)
                 variants[n].cpus.append(cpu)
+                variants[n].server_cpus.append(server_own)
             say(console, "[dim]round " + f"{r + 1}/{args.repeat}: " + ", ".join(
                 f"{n} {variants[n].walls[-1]:.1f} s" for n in VARIANTS) + "[/]")  # fmt: skip
     except BenchError as e:

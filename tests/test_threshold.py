@@ -108,3 +108,27 @@ def test_driver_language(argv, expected):
     from optgym.toolchain.language import driver_language
 
     assert driver_language(argv) == expected
+
+
+def test_one_decision_at_a_time_decides_as_the_batch(corpus_dir, toolchain):
+    """A served build asks one decision at a time: derived inputs computed as scalars, and the normalizer
+    skipped when the first layer reads none of its outputs (the threshold policy's case). Both must
+    give the batched path's logits — and so its decisions — on a real compile's decision points."""
+    gated = threshold_policy(NAMES, cxx=(10, 2), c=3)
+    rng = np.random.default_rng(0)
+    dense = gated.with_parameters(gated.parameters() + rng.normal(0, 1e-3, gated.parameters().shape))
+    assert gated._extras_rows is not None and dense._extras_rows is None
+    features, heuristic, cxx = [], [], []
+    for module in Corpus(corpus_dir):
+        run = rollout(PROBLEM, module, toolchain, gated, record_features=True)
+        if run.trajectory.features is not None and len(run.trajectory.actions):
+            features.append(run.trajectory.features)
+            heuristic.append(run.trajectory.heuristic)
+            cxx.append(np.full(len(run.trajectory.actions), int(module.language == "C++")))
+    f, h, c = np.concatenate(features), np.concatenate(heuristic), np.concatenate(cxx)
+    assert len(f) > 100 and 0 < c.mean() < 1
+    for policy in (gated, dense):
+        batched = policy.logits(f, h, c)
+        one_by_one = np.stack([policy.logits(f[i], int(h[i]), int(c[i])) for i in range(len(f))])
+        np.testing.assert_allclose(one_by_one, batched, rtol=1e-12, atol=1e-9)  # a matmul sums in its own order
+        assert np.array_equal(one_by_one.argmax(1), batched.argmax(1))

@@ -83,6 +83,14 @@ class MLPPolicy:
         self.greedy = greedy
         self.rng = np.random.default_rng(seed)
         self.source = source or {}
+        self._prune()
+
+    def _prune(self) -> None:
+        """A first layer that reads none of the normalized features — a gate on derived inputs, as the
+        shipped threshold policy is — lets one decision skip the normalizer (most of a served
+        decision's ~60 µs): ``_extras_rows`` keeps the rows that read the derived inputs."""
+        first, width = self.weights[0][0], self.normalizer.width
+        self._extras_rows = first[width:] if self.extras and not first[:width].any() else None
 
     @property
     def hidden(self) -> list[int]:
@@ -108,16 +116,20 @@ class MLPPolicy:
     ) -> np.ndarray:
         """Action logits for raw feature vectors ``[..., F]`` (and the heuristic's decisions ``[...]`` and
         whether the module is C++, which policies with those derived inputs need)."""
-        h = self.inputs(raw, heuristic, cxx)
-        for w, b in self.weights[:-1]:
-            h = h @ w
-            h += b
+        if self._extras_rows is not None and np.ndim(raw) == 1:
+            extras = self.inputs.extras_of_one(np.asarray(raw, dtype=np.float64), heuristic, cxx)
+            h = np.asarray(extras) @ self._extras_rows
+        else:
+            h = self.inputs(raw, heuristic, cxx) @ self.weights[0][0]
+        h += self.weights[0][1]
+        for w, b in self.weights[1:]:
             if self.activation == "tanh":
                 np.tanh(h, out=h)
             else:
                 np.maximum(h, 0.0, out=h)
-        w, b = self.weights[-1]
-        return h @ w + b
+            h = h @ w
+            h += b
+        return h
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
         logits = self.logits(point.vector(), point.heuristic, is_cxx(point.language))
@@ -152,6 +164,7 @@ class MLPPolicy:
             raise ValueError(f"expected {pos} parameters, got {flat.size}")
         clone = copy.copy(self)
         clone.weights = out
+        clone._prune()
         return clone
 
     @classmethod
