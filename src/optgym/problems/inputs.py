@@ -83,6 +83,15 @@ def margin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sign(d) * np.log(np.abs(d) + 1.0) / MARGIN_SCALE
 
 
+def _given(kind: str, heuristic: Any, cxx: Any) -> Any:
+    """The caller's value for a ``heuristic`` or ``cxx`` input; a clear error if the caller had none."""
+    value = heuristic if kind == HEURISTIC_INPUT else cxx
+    if value is None:
+        what = "the heuristic's decision" if kind == HEURISTIC_INPUT else "the module's language"
+        raise VocabError(f"this policy reads {what}, and none was given")
+    return value
+
+
 class PolicyInputs:
     """``(raw features [..., F], heuristic [...]) → network inputs [..., F × 4 + E]`` (float64 or as asked)."""
 
@@ -116,11 +125,7 @@ class PolicyInputs:
         columns = []
         for kind, a, b in self.parsed:
             if kind in (HEURISTIC_INPUT, CXX_INPUT):
-                value = heuristic if kind == HEURISTIC_INPUT else cxx
-                if value is None:
-                    what = "the heuristic's decision" if kind == HEURISTIC_INPUT else "the module's language"
-                    raise VocabError(f"this policy reads {what}, and none was given")
-                flag = np.asarray(value, dtype=np.float64) > 0
+                flag = np.asarray(_given(kind, heuristic, cxx), dtype=np.float64) > 0
                 columns.append(np.broadcast_to(flag.astype(np.float64), raw.shape[:-1]))
             elif kind == "at_most":
                 columns.append((raw[..., a] <= b).astype(np.float64))
@@ -146,11 +151,7 @@ class PolicyInputs:
         out = []
         for kind, a, b in self.parsed:
             if kind in (HEURISTIC_INPUT, CXX_INPUT):
-                value = heuristic if kind == HEURISTIC_INPUT else cxx
-                if value is None:
-                    what = "the heuristic's decision" if kind == HEURISTIC_INPUT else "the module's language"
-                    raise VocabError(f"this policy reads {what}, and none was given")
-                out.append(1.0 if value > 0 else 0.0)
+                out.append(1.0 if _given(kind, heuristic, cxx) > 0 else 0.0)
             elif kind == "at_most":
                 out.append(1.0 if values[a] <= b else 0.0)
             else:
