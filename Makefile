@@ -54,12 +54,12 @@ bench: setup
 	$(VENV)/bin/python bench/host_overhead.py
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
 
 format: venv
-	$(VENV)/bin/ruff format src tests bench
-	$(VENV)/bin/ruff check --fix src tests bench
+	$(VENV)/bin/ruff format src tests bench tools
+	$(VENV)/bin/ruff check --fix src tests bench tools
 
 clean:
 	rm -rf demo-out demo-out-quick .pytest_cache build dist src/*.egg-info
