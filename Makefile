@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 APT_PACKAGES := clang-22 llvm-22 lld-22 python3-venv gcc make cmake util-linux \
-  bear meson ninja-build autoconf automake libtool pkg-config dpkg-dev csmith libcsmith-dev
+  bear meson ninja-build autoconf automake libtool libtool-bin pkg-config dpkg-dev csmith libcsmith-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
