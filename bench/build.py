@@ -278,9 +278,8 @@ def servers_under(runtime: Path) -> list[int]:
 
 def server_cpu_and_stop(runtime: Path) -> tuple[float, float]:
     """``(with compiles, own)``: CPU seconds of this build's policy servers with the compiles they ran
-    (reaped, so in cutime), and of the servers alone — the host's share, which separates what serving
-    costs from what the policy's decisions cost clang; then the servers are stopped, so the next build
-    starts its own as a user's build would."""
+    (reaped, so in cutime), and of the servers alone — serving's own share of the build; then the
+    servers are stopped, so the next build starts its own as a user's build would."""
     total, own, tick = 0.0, 0.0, os.sysconf("SC_CLK_TCK")
     for pid in servers_under(runtime):
         with contextlib.suppress(OSError, ValueError):

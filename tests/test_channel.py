@@ -229,13 +229,14 @@ def test_compiler_never_outlives_its_host(corpus_dir, sig, tmp_path):
     """A host killed mid-episode takes its clang with it (clang would spin at 100 % CPU forever)."""
     # stderr to a file, not a pipe: a host blocked on a full pipe nobody reads would look like a hang
     err = tmp_path / "host.err"
-    host = subprocess.Popen(
-        [sys.executable, "-c", HOST, str(corpus_dir)],
-        stdout=subprocess.PIPE,
-        stderr=err.open("w"),
-        text=True,
-        env=os.environ.copy(),
-    )
+    with err.open("w") as err_file:  # the child keeps its own copy of the descriptor
+        host = subprocess.Popen(
+            [sys.executable, "-c", HOST, str(corpus_dir)],
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            env=os.environ.copy(),
+        )
     try:
         line = host.stdout.readline()
         assert line.strip().isdigit(), err.read_text()
