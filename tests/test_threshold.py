@@ -13,13 +13,18 @@ from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
 from optgym.problems.normalize import VocabError
 from optgym.rollout import rollout
-from optgym.train.threshold import ThresholdConfig, threshold_policy, train_threshold
+from optgym.train.run import RunError
+from optgym.train.threshold import ThresholdConfig, parse_shift, threshold_policy, train_threshold
 
 PROBLEM = get_problem("inline-size")
 NAMES = [s.name for s in PROBLEM.expected_features() if s.name not in PROBLEM.hidden_features]
 
 
-@pytest.mark.parametrize(("cxx", "c"), [(None, None), (5, None), (None, 5), (0, 20), ((20, 3), (10, 2))])
+@pytest.mark.parametrize(
+    ("cxx", "c"),
+    [(None, None), (5, None), (None, 5), (0, 20), ((20, 3), (10, 2)),
+     ("10/2+40/3@is_callee_avail_external<=0", "30@callee_basic_block_count<=2+5")],
+)  # fmt: skip
 def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_dir, toolchain):
     """Every decision of a real compile is clang's, moved exactly as asked in that module's language
     (d = threshold − cost): the tests' corpus has C and C++ modules."""
@@ -31,13 +36,14 @@ def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_d
         if run.trajectory.features is None or not len(run.trajectory.actions):
             continue
         lang = "C++" if module.language == "C++" else "C"
-        shift = cxx if lang == "C++" else c
-        up, users = shift if isinstance(shift, tuple) else (shift, None)
         f = run.trajectory.features
         d = f[:, NAMES.index("threshold")] - f[:, NAMES.index("cost_estimate")]
-        h = run.trajectory.heuristic
-        gate = f[:, NAMES.index("callee_users")] <= (np.inf if users is None else users)
-        expected = (h == 1) | ((d >= (np.inf if up is None else -up)) & gate)
+        expected = run.trajectory.heuristic == 1
+        for rule in parse_shift(cxx if lang == "C++" else c) or ():
+            admitted = d >= -rule.up
+            for feature, bound in rule.gates:
+                admitted &= f[:, NAMES.index(feature)] <= bound
+            expected |= admitted
         assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
         checked[lang] += len(d)
     assert checked["C"] >= 1 and checked["C++"] > 100
@@ -47,6 +53,17 @@ def test_the_policy_needs_the_language():
     point = type("P", (), {"heuristic": 0, "language": None, "vector": lambda self: np.zeros(len(NAMES), np.float32)})
     with pytest.raises(VocabError, match="language"):
         threshold_policy(NAMES, cxx=5, c=None)(point())
+
+
+@pytest.mark.parametrize("text", ["ten", "10/x", "10@callee_users", "10@<=3", "10+", "10@callee_users<=two"])
+def test_a_malformed_candidate_is_a_clear_error(text):
+    with pytest.raises(RunError, match="threshold candidate"):
+        parse_shift(text)
+
+
+def test_a_rule_gating_on_an_unknown_feature_is_a_clear_error():
+    with pytest.raises(RunError, match="no_such_feature"):
+        threshold_policy(NAMES, cxx="10@no_such_feature<=1", c=None)
 
 
 def test_train_threshold_tunes_each_language_and_writes_a_servable_policy(corpus_dir, tmp_path):

@@ -434,9 +434,13 @@ def threshold_command(
         str,
         typer.Option(
             help="candidates, comma-separated: K (also inline where cost − threshold ≤ K), K/U (only where "
-            "the callee has ≤ U users), none (clang's own)"
+            "the callee has ≤ U users), K@FEATURE<=V (only where that raw feature ≤ V), rules joined by + "
+            "(each admits call sites), none (clang's own)"
         ),
     ] = "none,0,2,5,10,10/2,10/4",
+    languages: Annotated[
+        str, typer.Option(help="languages to tune, comma-separated (C++, C); the others keep clang's decisions")
+    ] = "C++,C",
     max_regressed: Annotated[
         float, typer.Option(help="largest share of a language's modules > 1 % worse a candidate may have")
     ] = 0.02,
@@ -455,8 +459,8 @@ def threshold_command(
     cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=None if split == "all" else split,
                           up=[v.strip() for v in up.split(",") if v.strip()],
                           max_regressed=max_regressed, sampling_rate=sampling_rate, seed=seed, workers=workers,
-                          timeout=timeout,
-                          final_eval=final_eval)  # fmt: skip
+                          timeout=timeout, final_eval=final_eval,
+                          languages=[v.strip() for v in languages.split(",") if v.strip()])  # fmt: skip
     try:
         train_threshold(cfg, say=console.print)
     except OptgymError as e:

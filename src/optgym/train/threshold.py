@@ -49,9 +49,7 @@ from optgym.train.run import RunError, evaluate_final, prepare_run_dir, write_co
 from optgym.train.trace import sample_modules
 
 EXTRAS = (HEURISTIC_INPUT, "margin:threshold-cost_estimate", CXX_INPUT)
-GATE_FEATURE = "callee_users"
-#: A shift: ``(K, U)`` — inline where cost − threshold ≤ K (and, with U, the callee has ≤ U users).
-Shift = tuple[int, int | None]
+USERS = "callee_users"  # ``K/U`` gates on it: a callee with few users is one inlining can delete
 STEEP = 1e4  # the steps' slope: adjacent integer margins near the threshold differ by ≥ 0.01 in m
 GATE = 1e6  # what a closed gate subtracts: far more than any STEEP · m
 LANGUAGES = ("C++", "C")  # C++ also stands for ObjC++ (cxx = 1); C for everything else
@@ -60,12 +58,31 @@ REPORTED = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_rati
             "regressed_over_1pct")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Rule:
+    """Also inline where ``cost − threshold ≤ up`` and every gate holds (raw feature ≤ bound)."""
+
+    up: int
+    gates: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def label(self) -> str:
+        gates = dict(self.gates)
+        users = f"/{gates.pop(USERS)}" if USERS in gates else ""
+        return f"{self.up}{users}" + "".join(f"@{f}<={v}" for f, v in gates.items())
+
+
+#: A candidate: clang's decisions plus every call site one of its rules admits.
+Shift = tuple[Rule, ...]
+Candidate = Shift | str | int | tuple[int, int | None] | None  # what threshold_policy takes (see parse_shift)
+
+
 @dataclass
 class ThresholdConfig:
     corpus: str
     output: str
     split: str | None = "train"  # tuned on this side; the final policy is evaluated on both
-    up: list[str] = field(default_factory=lambda: ["none", "0", "2", "5", "10", "10/2", "10/4"])  # K or K/U
+    up: list[str] = field(default_factory=lambda: ["none", "0", "2", "5", "10", "10/2", "10/4"])  # see parse_shift
     max_regressed: float = 0.02  # share of a language's modules > 1 % worse a candidate may have (issue 7: 2 %)
     sampling_rate: float = 1.0  # tune on this reproducible fraction of the modules (MLGO's sampling rate)
     seed: int = 0
@@ -73,64 +90,85 @@ class ThresholdConfig:
     timeout: float = 120.0
     final_eval: bool = True
     problem: str = "inline-size"
+    languages: list[str] = field(default_factory=lambda: list(LANGUAGES))  # tune these; the others keep clang's
 
 
-def parse_shift(text: str | int | None) -> Shift | None:
-    """``none`` → ``None``; ``K`` → ``(K, None)``; ``K/U`` → ``(K, U)`` (a shift gated on callee users)."""
+def _rule(text: str) -> Rule:
+    head, *gates = text.split("@")
+    k, _, users = head.partition("/")
+    pairs = [(USERS, users)] if users else []
+    for gate in gates:
+        feature, sep, bound = gate.partition("<=")
+        if not sep or not feature:
+            raise ValueError(gate)
+        pairs.append((feature, bound))
+    return Rule(int(k), tuple((f, int(v)) for f, v in pairs))
+
+
+def parse_shift(text: Candidate) -> Shift | None:
+    """A candidate's text as its rules: ``none`` → ``None`` (clang's own); ``K`` → inline also where
+    ``cost − threshold ≤ K``; ``K/U`` → only where the callee has ≤ ``U`` users; ``K@F<=V`` → only
+    where raw feature ``F`` ≤ ``V`` (gates combine: ``40/2@is_callee_avail_external<=0``); rules
+    joined by ``+`` each admit call sites (``10/2+40/2@is_callee_avail_external<=0``). An int ``K``
+    or a pair ``(K, U)`` stands for ``K`` and ``K/U``."""
     if text is None or text == "none":
         return None
     if isinstance(text, int):
-        return (text, None)
+        return (Rule(text),)
+    if isinstance(text, tuple) and all(isinstance(rule, Rule) for rule in text):
+        return text  # already parsed
     if isinstance(text, tuple):
-        return text
-    k, _, users = str(text).partition("/")
+        k, users = text
+        return (Rule(k, () if users is None else ((USERS, users),)),)
     try:
-        return (int(k), int(users) if users else None)
+        return tuple(_rule(part) for part in str(text).split("+"))
     except ValueError:
-        raise RunError(f"a threshold shift is none, K or K/U (integers), not {text!r}") from None
+        raise RunError(
+            f"a threshold candidate is none, or rules K, K/U, K@FEATURE<=V joined by + (integers), not {text!r}"
+        ) from None
 
 
 def _label(shift: Shift | None) -> str:
-    if shift is None:
-        return "none"
-    return str(shift[0]) if shift[1] is None else f"{shift[0]}/{shift[1]}"
+    return "none" if shift is None else "+".join(rule.label for rule in shift)
 
 
-def threshold_policy(features: Sequence[str], *, cxx: Shift | int | None, c: Shift | int | None) -> MLPPolicy:
-    """Clang's decision, plus inlining where ``cost − threshold ≤ K`` (and, for a gated shift ``(K, U)``,
-    the callee has at most ``U`` users) — the ``cxx`` shift in C++ modules, ``c`` in C ones; ``None``
-    leaves that language as clang decides."""
+def _directory_name(shift: Shift | None) -> str:
+    """A file-safe name for a candidate's policy directory."""
+    label = _label(shift)
+    for old, new in (("/", "-users"), ("<=", "-le"), ("@", "-"), ("+", "-or-")):
+        label = label.replace(old, new)
+    return f"up{label}"
+
+
+def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -> MLPPolicy:
+    """Clang's decision, plus inlining where one of a candidate's rules admits the call site — the
+    ``cxx`` candidate in C++ modules, ``c`` in C ones; ``None`` leaves that language as clang decides."""
     shifts = {"cxx": parse_shift(cxx), "c": parse_shift(c)}
-    gates = sorted({s[1] for s in shifts.values() if s is not None and s[1] is not None})
-    extras = (*EXTRAS, *(f"at_most:{GATE_FEATURE}:{u}" for u in gates))
+    gates = sorted({g for s in shifts.values() for rule in s or () for g in rule.gates})
+    missing = sorted({f for f, _ in gates} - set(features))
+    if missing:
+        raise RunError(f"a threshold rule gates on {missing}, which the problem's features do not include")
+    extras = (*EXTRAS, *(f"at_most:{f}:{v}" for f, v in gates))
     vocab = Vocab({name: [0.0] for name in features})  # the normalized features get zero weight
     width = len(features) * 4
     h, m, lang = width, width + 1, width + 2
-    gate_column = {u: width + len(EXTRAS) + i for i, u in enumerate(gates)}
+    gate_column = {g: width + len(EXTRAS) + i for i, g in enumerate(gates)}
 
-    def at(d: float) -> float:
-        return float(margin(np.array([d]), np.array([0.0]))[0])
+    def above(rule: Rule) -> float:  # m > this ⇔ cost − threshold ≤ rule.up
+        return float(margin(np.array([-rule.up - 0.5]), np.array([0.0]))[0])
 
-    def add_above(shift: Shift | None) -> float:
-        return 10.0 if shift is None else at(-shift[0] - 0.5)  # m > this ⇔ cost − threshold ≤ K; 10: never
-
-    def users(shift: Shift | None) -> int | None:
-        return None if shift is None else shift[1]
-
-    # (step at, weight on h, weight on cxx, gate bias, callee-users gate): a unit is open only where its gate sums to 0
-    steps = [
-        (-10.0, GATE, 0.0, -GATE, None),
-        (add_above(shifts["cxx"]), -GATE, GATE, -GATE, users(shifts["cxx"])),
-        (add_above(shifts["c"]), -GATE, -GATE, 0.0, users(shifts["c"])),
-    ]
+    # (step at, weight on h, weight on cxx, gate bias, gates): a unit is open only where its gate sums to 0
+    steps = [(-10.0, GATE, 0.0, -GATE, ())]  # keep clang's inline
+    steps += [(above(r), -GATE, GATE, -GATE, r.gates) for r in shifts["cxx"] or ()]  # add a C++ inline
+    steps += [(above(r), -GATE, -GATE, 0.0, r.gates) for r in shifts["c"] or ()]  # add a C inline
     w0, b0 = np.zeros((width + len(extras), 2 * len(steps))), np.zeros(2 * len(steps))
     w1, b1 = np.zeros((2 * len(steps), 2)), np.array([0.0, -1.0])
-    for i, (step_at, on_h, on_cxx, gate, limit) in enumerate(steps):
+    for i, (step_at, on_h, on_cxx, gate, unit_gates) in enumerate(steps):
         for unit, offset, sign in ((2 * i, 0.0, 2.0), (2 * i + 1, -1.0, -2.0)):  # relu(x) − relu(x − 1): a step
             w0[m, unit], w0[h, unit], w0[lang, unit] = STEEP, on_h, on_cxx
             b0[unit] = -STEEP * step_at + gate + offset
-            if limit is not None:  # closed unless the callee has at most `limit` users
-                w0[gate_column[limit], unit] = GATE
+            for g in unit_gates:  # closed unless every gate's feature is within its bound
+                w0[gate_column[g], unit] = GATE
                 b0[unit] -= GATE
             w1[unit, 1] = sign
     source = {"algorithm": "threshold", "up": {"C++": _label(shifts["cxx"]), "C": _label(shifts["c"])}}
@@ -154,8 +192,13 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     corpus = Corpus(cfg.corpus, split=cfg.split)
     if len(corpus) == 0:
         raise RunError(f"{cfg.corpus} has no modules on the {cfg.split} side")
-    tuned_on = sample_modules([m.name for m in corpus], cfg.sampling_rate, cfg.seed)
-    language = {n: "C++" if corpus.module(n).language in CXX_LANGUAGES else "C" for n in tuned_on}
+    unknown = sorted(set(cfg.languages) - set(LANGUAGES))
+    if unknown or not cfg.languages:
+        raise RunError(f"languages to tune are among {list(LANGUAGES)}, not {cfg.languages}")
+    # the sample is drawn from every module, then kept to the languages tuned: the same sample per language
+    sample = sample_modules([m.name for m in corpus], cfg.sampling_rate, cfg.seed)
+    language = {n: "C++" if corpus.module(n).language in CXX_LANGUAGES else "C" for n in sample}
+    tuned_on = [n for n in sample if language[n] in cfg.languages]
     say(f"tuning on {len(tuned_on)} of {len(corpus)} modules ({sum(v == 'C++' for v in language.values())} C++), "
         f"{len(cfg.up)} candidates")  # fmt: skip
 
@@ -163,12 +206,11 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     candidates: list[dict[str, Any]] = []
     for shift in shifts:
         start = time.perf_counter()
-        name = f"up{_label(shift).replace('/', '-users')}"
-        directory = threshold_policy(features, cxx=shift, c=shift).save(run / "candidates" / name)
+        directory = threshold_policy(features, cxx=shift, c=shift).save(run / "candidates" / _directory_name(shift))
         rows = evaluate(str(directory), corpus, problem=cfg.problem, modules=tuned_on, workers=cfg.workers,
                         timeout=cfg.timeout, progress=False)  # fmt: skip
         row: dict[str, Any] = {"up": _label(shift), "seconds": round(time.perf_counter() - start, 1)}
-        for lang in LANGUAGES:
+        for lang in cfg.languages:
             figures = summarize([r for r in rows if language[r.module] == lang])
             row[lang] = {key: figures[key] for key in REPORTED}
             row[lang]["regressed_share"] = figures["regressed_over_1pct"] / max(1, figures["evaluated"])
@@ -179,8 +221,8 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
         candidates.append(row)
 
     # 2. per language, the smallest total within the regression budget
-    chosen: dict[str, str] = {}
-    for lang in LANGUAGES:
+    chosen = {lang: "none" for lang in LANGUAGES}
+    for lang in cfg.languages:
         allowed = [c for c in candidates if c[lang]["evaluated"] and not c[lang]["failed"]
                    and c[lang]["regressed_share"] <= cfg.max_regressed]  # fmt: skip
         best = min(allowed, key=lambda c, lang=lang: c[lang]["total_ratio"], default=None)
