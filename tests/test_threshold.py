@@ -91,6 +91,18 @@ def test_train_threshold_tunes_each_language_and_writes_a_servable_policy(corpus
     assert json.loads((again / "candidates.json").read_text())["chosen"] == table["chosen"]
 
 
+def test_languages_not_tuned_keep_clangs_decisions(corpus_dir, tmp_path):
+    """``--languages C++`` compiles only the C++ modules of the sample; C keeps clang's own decisions."""
+    run = tmp_path / "run"
+    train_threshold(ThresholdConfig(str(corpus_dir), str(run), split=None, up=["none", "10/2+30@callee_users<=3"],
+                                    workers=1, final_eval=False, languages=["C++"]), say=lambda s: None)  # fmt: skip
+    table = json.loads((run / "candidates.json").read_text())
+    assert all("C" not in c and c["C++"]["evaluated"] >= 1 for c in table["candidates"])
+    assert table["chosen"]["C"] == "none"
+    with pytest.raises(RunError, match="languages"):
+        train_threshold(ThresholdConfig(str(corpus_dir), str(tmp_path / "bad"), languages=["Rust"]))
+
+
 def test_the_exported_graph_reads_the_language_as_the_policy_does(trace_dir, tmp_path):
     from typer.testing import CliRunner
 

@@ -19,7 +19,11 @@ steps) − 1``. So it exports to ONNX, is served by ``optgym-cc`` and warm-start
 A candidate may also be *gated*: ``K/U`` moves the threshold by ``K`` only where the callee has at most ``U``
 users in the module (``callee_users``, counting this call) — the callees whose copy inlining can delete;
 measured on the C++ training sample, ``10/2`` kept 0.976 of clang's size with 1.5 % of modules more than 1 %
-worse, where ungated ``10`` reached 0.971 with 6.8 %.
+worse, where ungated ``10`` reached 0.971 with 6.8 %. ``K@F<=V`` gates on any other raw feature, and rules
+joined by ``+`` each admit call sites: ``10/2+40/2@is_callee_avail_external<=0`` also inlines up to 40 above
+the threshold when the callee is not ``available_externally`` (libstdc++'s ``extern template`` members:
+inlining one never deletes it, so a single-flip scan found almost only losses there). The gates are derived
+inputs (``at_most:F:V``), so a gated policy still exports and serves as an ordinary MLP.
 
 Read top to bottom: candidates (``--up`` values, each applied to both languages) → each compiled on
 the training side (``optgym.evaluate``, cached per policy and module) → per language, the candidate
@@ -180,6 +184,9 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     from optgym.corpus import Corpus
     from optgym.evaluate.evaluation import evaluate, summarize
 
+    unknown = sorted(set(cfg.languages) - set(LANGUAGES))
+    if unknown or not cfg.languages:
+        raise RunError(f"languages to tune are among {list(LANGUAGES)}, not {cfg.languages}")
     run = prepare_run_dir(Path(cfg.output), resume=False)
     # TOML has no null: "none" and "all" stand for None
     shifts = [parse_shift(text) for text in cfg.up]
@@ -192,9 +199,6 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     corpus = Corpus(cfg.corpus, split=cfg.split)
     if len(corpus) == 0:
         raise RunError(f"{cfg.corpus} has no modules on the {cfg.split} side")
-    unknown = sorted(set(cfg.languages) - set(LANGUAGES))
-    if unknown or not cfg.languages:
-        raise RunError(f"languages to tune are among {list(LANGUAGES)}, not {cfg.languages}")
     # the sample is drawn from every module, then kept to the languages tuned: the same sample per language
     sample = sample_modules([m.name for m in corpus], cfg.sampling_rate, cfg.seed)
     language = {n: "C++" if corpus.module(n).language in CXX_LANGUAGES else "C" for n in sample}
