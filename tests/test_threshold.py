@@ -103,6 +103,24 @@ def test_languages_not_tuned_keep_clangs_decisions(corpus_dir, tmp_path):
         train_threshold(ThresholdConfig(str(corpus_dir), str(tmp_path / "bad"), languages=["Rust"]))
 
 
+def test_every_sample_must_keep_the_bar(corpus_dir, tmp_path):
+    """With ``samples=2`` each candidate is figured on the union of two module samples and on each alone;
+    a candidate is chosen only if its share of modules > 1 % worse is within the bar on both."""
+    run = tmp_path / "run"
+    cfg = ThresholdConfig(str(corpus_dir), str(run), split=None, up=["none", "20", "40"], workers=1,
+                          final_eval=False, sampling_rate=0.6, samples=2, max_regressed=0.0)  # fmt: skip
+    train_threshold(cfg, say=lambda s: None)
+    table = json.loads((run / "candidates.json").read_text())
+    for lang in ("C", "C++"):
+        for c in table["candidates"]:
+            one, two = (f["evaluated"] for f in c[lang]["samples"])
+            assert max(one, two) <= c[lang]["evaluated"] <= one + two
+        chosen = next(c for c in table["candidates"] if c["up"] == table["chosen"][lang])
+        assert all(f["regressed_over_1pct"] == 0 for f in chosen[lang]["samples"])
+        kept = [c for c in table["candidates"] if all(f["regressed_over_1pct"] == 0 for f in c[lang]["samples"])]
+        assert chosen[lang]["total_ratio"] == min(c[lang]["total_ratio"] for c in kept)
+
+
 def test_the_exported_graph_reads_the_language_as_the_policy_does(trace_dir, tmp_path):
     from typer.testing import CliRunner
 

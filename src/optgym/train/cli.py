@@ -441,6 +441,9 @@ def threshold_command(
     languages: Annotated[
         str, typer.Option(help="languages to tune, comma-separated (C++, C); the others keep clang's decisions")
     ] = "C++,C",
+    samples: Annotated[
+        int, typer.Option(help="independent module samples (seeds SEED, SEED+1, …); the bar must hold on each")
+    ] = 1,
     max_regressed: Annotated[
         float, typer.Option(help="largest share of a language's modules > 1 % worse a candidate may have")
     ] = 0.02,
@@ -459,7 +462,7 @@ def threshold_command(
     cfg = ThresholdConfig(corpus=str(corpus), output=str(output), split=None if split == "all" else split,
                           up=[v.strip() for v in up.split(",") if v.strip()],
                           max_regressed=max_regressed, sampling_rate=sampling_rate, seed=seed, workers=workers,
-                          timeout=timeout, final_eval=final_eval,
+                          timeout=timeout, final_eval=final_eval, samples=samples,
                           languages=[v.strip() for v in languages.split(",") if v.strip()])  # fmt: skip
     try:
         train_threshold(cfg, say=console.print)

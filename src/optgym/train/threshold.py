@@ -95,6 +95,7 @@ class ThresholdConfig:
     final_eval: bool = True
     problem: str = "inline-size"
     languages: list[str] = field(default_factory=lambda: list(LANGUAGES))  # tune these; the others keep clang's
+    samples: int = 1  # independent samples (seeds seed, seed + 1, …): a candidate must keep the bar on each
 
 
 def _rule(text: str) -> Rule:
@@ -182,7 +183,7 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
 def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) -> dict[str, Any]:
     """Tune the per-language threshold shift on ``cfg.corpus``; returns (and writes) the final figures."""
     from optgym.corpus import Corpus
-    from optgym.evaluate.evaluation import evaluate, summarize
+    from optgym.evaluate.evaluation import evaluate
 
     unknown = sorted(set(cfg.languages) - set(LANGUAGES))
     if unknown or not cfg.languages:
@@ -199,12 +200,16 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     corpus = Corpus(cfg.corpus, split=cfg.split)
     if len(corpus) == 0:
         raise RunError(f"{cfg.corpus} has no modules on the {cfg.split} side")
-    # the sample is drawn from every module, then kept to the languages tuned: the same sample per language
-    sample = sample_modules([m.name for m in corpus], cfg.sampling_rate, cfg.seed)
-    language = {n: "C++" if corpus.module(n).language in CXX_LANGUAGES else "C" for n in sample}
-    tuned_on = [n for n in sample if language[n] in cfg.languages]
-    say(f"tuning on {len(tuned_on)} of {len(corpus)} modules ({sum(v == 'C++' for v in language.values())} C++), "
-        f"{len(cfg.up)} candidates")  # fmt: skip
+    if cfg.samples < 1:
+        raise RunError(f"samples must be at least 1, not {cfg.samples}")
+    # each sample is drawn from every module, then kept to the languages tuned: the same sample per language
+    names = [m.name for m in corpus]
+    samples = [set(sample_modules(names, cfg.sampling_rate, cfg.seed + i)) for i in range(cfg.samples)]
+    union = set().union(*samples)
+    language = {n: "C++" if corpus.module(n).language in CXX_LANGUAGES else "C" for n in union}
+    tuned_on = [n for n in names if n in union and language[n] in cfg.languages]
+    say(f"tuning on {len(tuned_on)} of {len(corpus)} modules ({sum(language[n] == 'C++' for n in tuned_on)} C++"
+        f"{f', {cfg.samples} samples' if cfg.samples > 1 else ''}), {len(cfg.up)} candidates")  # fmt: skip
 
     # 1. every candidate compiled on the sample; its figures per language
     candidates: list[dict[str, Any]] = []
@@ -215,20 +220,22 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
                         timeout=cfg.timeout, progress=False)  # fmt: skip
         row: dict[str, Any] = {"up": _label(shift), "seconds": round(time.perf_counter() - start, 1)}
         for lang in cfg.languages:
-            figures = summarize([r for r in rows if language[r.module] == lang])
-            row[lang] = {key: figures[key] for key in REPORTED}
-            row[lang]["regressed_share"] = figures["regressed_over_1pct"] / max(1, figures["evaluated"])
-            if figures["evaluated"]:
-                say(f"up {_label(shift)}, {lang}: {figures['total_ratio']:.4f} of the heuristic "
-                    f"(.text {figures['dottext_ratio']:.4f}), {figures['regressed_over_1pct']} of "
-                    f"{figures['evaluated']} modules > 1 % worse")  # fmt: skip
+            row[lang] = _figures([r for r in rows if language[r.module] == lang])
+            if cfg.samples > 1:  # and per sample: the bar must hold on each
+                row[lang]["samples"] = [_figures([r for r in rows if language[r.module] == lang and r.module in sample])
+                                        for sample in samples]  # fmt: skip
+            for figures in row[lang].get("samples", [row[lang]]):
+                if figures["evaluated"]:
+                    say(f"up {_label(shift)}, {lang}: {figures['total_ratio']:.4f} of the heuristic "
+                        f"(.text {figures['dottext_ratio']:.4f}), {figures['regressed_over_1pct']} of "
+                        f"{figures['evaluated']} modules > 1 % worse")  # fmt: skip
         candidates.append(row)
 
-    # 2. per language, the smallest total within the regression budget
+    # 2. per language, the smallest total (over all samples) within the regression budget on every sample
     chosen = {lang: "none" for lang in LANGUAGES}
     for lang in cfg.languages:
-        allowed = [c for c in candidates if c[lang]["evaluated"] and not c[lang]["failed"]
-                   and c[lang]["regressed_share"] <= cfg.max_regressed]  # fmt: skip
+        allowed = [c for c in candidates if c[lang]["evaluated"] and not c[lang]["failed"] and all(
+                   f["regressed_share"] <= cfg.max_regressed for f in c[lang].get("samples", [c[lang]]))]  # fmt: skip
         best = min(allowed, key=lambda c, lang=lang: c[lang]["total_ratio"], default=None)
         chosen[lang] = best["up"] if best else "none"
     say(f"chosen: C++ up {chosen['C++']}, C up {chosen['C']}")
@@ -241,10 +248,20 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     # 3. the final policy on each side of the split
     head = {"algorithm": "threshold", "chosen": table["chosen"],
             "tuned_on": {"corpus": cfg.corpus, "split": cfg.split, "modules": len(tuned_on),
-                         "sampling_rate": cfg.sampling_rate, "seed": cfg.seed}}  # fmt: skip
+                         "sampling_rate": cfg.sampling_rate, "seed": cfg.seed, "samples": cfg.samples}}  # fmt: skip
     stored_split = Corpus(cfg.corpus).description.get("optgym", {}).get("split")
     return evaluate_final(run, cfg.corpus, "train" if stored_split else None, head, enabled=cfg.final_eval,
                           workers=cfg.workers, timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
+
+
+def _figures(rows: Sequence[Any]) -> dict[str, Any]:
+    """The reported evaluation figures of some modules, with the share of them more than 1 % worse."""
+    from optgym.evaluate.evaluation import summarize
+
+    figures = summarize(rows)
+    return {key: figures[key] for key in REPORTED} | {
+        "regressed_share": figures["regressed_over_1pct"] / max(1, figures["evaluated"])
+    }
 
 
 def config_from_options(options: dict[str, Any], output: Path | str) -> ThresholdConfig:
