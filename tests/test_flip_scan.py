@@ -16,6 +16,7 @@ def _scan(corpus_dir: Path, out: Path, *extra: str) -> list[dict]:
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "callee users" in result.stdout  # the summary table
+    out.with_name(out.name + ".stdout").write_text(result.stdout)
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -40,3 +41,9 @@ def test_an_unknown_policy_is_a_clear_error(corpus_dir, tmp_path):
                              "-o", str(tmp_path / "x.jsonl")], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode != 0 and "nope" in result.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_compile_that_times_out_is_reported_not_counted(corpus_dir, tmp_path):
+    rows = _scan(corpus_dir, tmp_path / "t.jsonl", "--timeout", "0.001")
+    assert rows == []
+    assert "compiles failed" in (tmp_path / "t.jsonl.stdout").read_text()

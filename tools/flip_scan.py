@@ -66,31 +66,35 @@ def candidates(actions: np.ndarray, heuristic: np.ndarray, over: np.ndarray, tas
     return sorted(picked[: task.max_flips])
 
 
-def scan_module(task: ScanTask) -> list[dict]:
-    """Worker: the policy's compile of one module, then one compile per flipped decision."""
+def scan_module(task: ScanTask) -> tuple[list[dict], list[str]]:
+    """Worker: the policy's compile of one module, then one compile per flipped decision; the flips, and
+    what failed to compile (reported, never counted as a size change)."""
     module = Corpus(task.corpus, split=task.split).module(task.module)
     compiler = Compiler(get_problem("inline-size"), module, find_toolchain(), resolve_policy(task.policy).build(),
                         score=False)  # fmt: skip
     compiler.timeout = task.timeout
     try:
         base = compiler.run(np.zeros(0, np.int8), 0, features=True)
-        if not base.ok or not base.features:
-            return []
+        if not base.ok:
+            return [], [f"{task.module}: the policy's compile: {base.status}"]
+        if not base.features:
+            return [], []  # no decision to flip
         features = base.features
         over = features["cost_estimate"] - features["threshold"]
-        rows = []
+        rows, failed = [], []
         for i in candidates(base.actions, base.heuristic, over, task):
             actions = base.actions.copy()
             actions[i] = 1 - actions[i]
             out = compiler.run(actions, i + 1)  # the recorded answers up to the flip, the policy after it
             if not out.ok:
+                failed.append(f"{task.module}: flip of decision {i}: {out.status}")
                 continue
             rows.append({"module": task.module, "decision": i, "decisions": len(base.actions), "to": int(actions[i]),
                          "heuristic": int(base.heuristic[i]),
                          "base_text": base.text_bytes, "delta_text": out.text_bytes - base.text_bytes,
                          "delta_dottext": out.dottext_bytes - base.dottext_bytes,
                          **{name: int(values[i]) for name, values in features.items()}})  # fmt: skip
-        return rows
+        return rows, failed
     finally:
         compiler.close()
 
@@ -136,11 +140,15 @@ def main() -> int:
     tasks = [ScanTask(str(args.corpus), split, name, args.policy, args.lo, args.hi, args.undo, args.max_flips,
                       args.timeout) for name in names[: args.modules]]  # fmt: skip
     rows: list[dict] = []
-    for _, module_rows in run_tasks(scan_module, tasks, workers=args.workers, description="flip scan"):
+    failed: list[str] = []
+    for _, (module_rows, module_failed) in run_tasks(scan_module, tasks, workers=args.workers, description="flip scan"):
         rows.extend(module_rows)
+        failed.extend(module_failed)
     atomic_write_bytes(args.output, "".join(json.dumps(r) + "\n" for r in rows).encode())
     print(f"{len(rows)} flips over {len({r['module'] for r in rows})} modules → {args.output}")
     print("\n".join(summary(rows)))
+    if failed:
+        print(f"{len(failed)} compiles failed (not counted):", *failed[:20], sep="\n  ")
     return 0
 
 

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from optgym.corpus import Corpus
 from optgym.corpus.corpus import atomic_write_bytes
-from optgym.evaluate.evaluation import evaluate, summarize
+from optgym.evaluate.evaluation import evaluate
 from optgym.policies import PRETRAINED, PRETRAINED_PROVENANCE
 from optgym.policies.export import export_policy
 from optgym.toolchain.language import CXX_LANGUAGES
+from optgym.train.threshold import summary_figures
 
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
            "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes")  # fmt: skip
@@ -35,11 +36,10 @@ FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio
 def by_language(rows: list, corpus: Corpus) -> dict[str, dict]:
     """The evaluation summary over all modules and per language (C++ includes ObjC++)."""
     lang = {r.module: "C++" if corpus.module(r.module).language in CXX_LANGUAGES else "C" for r in rows}
-    out = {"all": summarize(rows)}
+    out = {"all": summary_figures(rows, FIGURES)}
     for name in ("C", "C++"):
-        out[name] = summarize([r for r in rows if lang[r.module] == name])
-    return {k: {f: v[f] for f in FIGURES} | {"regressed_share": v["regressed_over_1pct"] / max(1, v["evaluated"])}
-            for k, v in out.items()}  # fmt: skip
+        out[name] = summary_figures([r for r in rows if lang[r.module] == name], FIGURES)
+    return out
 
 
 def training_figures(run: Path, metadata: dict) -> dict:

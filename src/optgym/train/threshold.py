@@ -223,10 +223,10 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
                         timeout=cfg.timeout, progress=False)  # fmt: skip
         row: dict[str, Any] = {"up": _label(shift), "seconds": round(time.perf_counter() - start, 1)}
         for lang in cfg.languages:
-            row[lang] = _figures([r for r in rows if language[r.module] == lang])
+            ours = [r for r in rows if language[r.module] == lang]
+            row[lang] = summary_figures(ours)
             if cfg.samples > 1:  # and per sample: the bar must hold on each
-                row[lang]["samples"] = [_figures([r for r in rows if language[r.module] == lang and r.module in sample])
-                                        for sample in samples]  # fmt: skip
+                row[lang]["samples"] = [summary_figures([r for r in ours if r.module in sample]) for sample in samples]
             for figures in row[lang].get("samples", [row[lang]]):
                 if figures["evaluated"]:
                     say(f"up {_label(shift)}, {lang}: {figures['total_ratio']:.4f} of the heuristic "
@@ -257,12 +257,13 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
                           workers=cfg.workers, timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
 
 
-def _figures(rows: Sequence[Any]) -> dict[str, Any]:
-    """The reported evaluation figures of some modules, with the share of them more than 1 % worse."""
+def summary_figures(rows: Sequence[Any], keys: Sequence[str] = REPORTED) -> dict[str, Any]:
+    """``keys`` of the evaluation summary of some modules, with the share of them more than 1 % worse (the
+    issue's regression bar) — what the tuner and ``tools/ship_pretrained.py`` report per language."""
     from optgym.evaluate.evaluation import summarize
 
     figures = summarize(rows)
-    return {key: figures[key] for key in REPORTED} | {
+    return {key: figures[key] for key in keys} | {
         "regressed_share": figures["regressed_over_1pct"] / max(1, figures["evaluated"])
     }
 
@@ -274,4 +275,11 @@ def config_from_options(options: dict[str, Any], output: Path | str) -> Threshol
     return ThresholdConfig(**{**fields, "output": str(output)})
 
 
-__all__ = ["ThresholdConfig", "config_from_options", "parse_shift", "threshold_policy", "train_threshold"]
+__all__ = [
+    "ThresholdConfig",
+    "config_from_options",
+    "parse_shift",
+    "summary_figures",
+    "threshold_policy",
+    "train_threshold",
+]
