@@ -47,10 +47,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -62,6 +60,7 @@ from rich.console import Console
 from rich.table import Table
 
 from optgym.corpus import Corpus
+from optgym.evaluate.stats import mean_ci
 from optgym.train.search import read_search, select_modules
 from optgym.train.trace import read_meta, read_modules
 
@@ -71,9 +70,6 @@ OPTGYM = str(Path(sys.executable).with_name("optgym"))  # the CLI of the venv ru
 SIDES = ("train", "test")
 #: The figures of ``optgym evaluate``'s report.json the comparison keeps per side.
 REPORT_KEYS = ("total_ratio", "dottext_ratio", "regressed_over_1pct", "evaluated", "failed")
-#: Student t, 0.975 quantile, by degrees of freedom (no scipy in the venv); beyond 30 the normal's.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}  # fmt: skip
 ALGORITHMS = ("bc", "ppo", "es", "imitate")
 LABELS = {"heuristic": "clang's heuristic", "bc": "BC (warm start)", "ppo": "PPO from BC", "es": "ES from BC",
           "imitate": "imitation of search"}  # fmt: skip
@@ -292,22 +288,6 @@ def run_seed(seed: int, corpus: Path, trace: Path, vocab: Path, budget: Budget, 
 
 
 # -- statistics and the table ------------------------------------------------------------------------
-
-
-def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (the table's next smaller df)."""
-    if df > 30:
-        return 1.96
-    return T975[max(k for k in T975 if k <= df)]
-
-
-def mean_ci(values: list[float]) -> dict[str, Any]:
-    """Mean and the half-width of its 95 % confidence interval (Student t over the seeds)."""
-    if not values:
-        return {"n": 0, "mean": None, "ci95": None}
-    mean = statistics.fmean(values)
-    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
-    return {"n": len(values), "mean": mean, "ci95": half, "values": values}
 
 
 def summarize(per_seed: dict[int, dict[str, Outcome]], budget: Budget) -> dict[str, Any]:

@@ -47,3 +47,18 @@ def test_a_compile_that_times_out_is_reported_not_counted(corpus_dir, tmp_path):
     rows = _scan(corpus_dir, tmp_path / "t.jsonl", "--timeout", "0.001")
     assert rows == []
     assert "compiles failed" in (tmp_path / "t.jsonl.stdout").read_text()
+
+
+def test_where_keeps_only_call_sites_within_the_bounds(corpus_dir, tmp_path):
+    everything = _scan(corpus_dir, tmp_path / "all.jsonl", "--max-flips", "1000")
+    users = sorted({r["callee_users"] for r in everything})
+    assert len(users) > 1, "the test module needs callees with different user counts"
+    bound = users[0]
+    kept = _scan(corpus_dir, tmp_path / "w.jsonl", "--max-flips", "1000", "--where", f"callee_users<={bound}")
+    assert kept == [r for r in everything if r["callee_users"] <= bound]
+
+
+def test_a_malformed_where_is_a_clear_error(corpus_dir, tmp_path):
+    result = subprocess.run([sys.executable, str(TOOL), str(corpus_dir), "--where", "no_such_feature<=2",
+                             "-o", str(tmp_path / "x.jsonl")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode != 0 and "no_such_feature" in result.stderr

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "ir2vec_vocab.py"
@@ -95,3 +96,52 @@ def test_missing_vocabulary_file(corpus, toolchain, tmp_path):
     res = ir2vec.check_embeddings(tmp_path / "absent.json", corpus["tree"], toolchain)
     assert res.status == "compile_error"
     assert "Failed to load IR2Vec vocabulary" in res.stderr_tail
+
+
+def _load_gate_study():
+    spec = importlib.util.spec_from_file_location("gate_study", TOOL.with_name("gate_study.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)  # imports ir2vec_vocab, registered above
+    return module
+
+
+def test_gate_study_embeddings_are_the_scanned_decisions(vocab, corpus, toolchain, tmp_path, no_leftovers):
+    """The embeddings compile decides as the plain one (IR2Vec only reads the IR): same decisions, same
+    features at each, plus both embeddings of the vocabulary's dimension; the second call reads the cache."""
+    from optgym.problems import get_problem
+    from optgym.problems.inline_size import FEATURES
+    from optgym.rollout.rollout import rollout
+
+    study = _load_gate_study()
+    task = study.EmbedTask(str(corpus.root), "zoo", "heuristic", str(vocab), str(tmp_path / "cache"), 120.0)
+    name, got = study.embed_module(task)
+    assert name == "zoo" and isinstance(got, dict), got
+    plain: list[list[int]] = []
+
+    def recording(point):
+        plain.append([int(v.ravel()[0]) for v in point.features().values()])
+        return point.heuristic
+
+    assert rollout(get_problem("inline-size"), corpus["zoo"], toolchain, recording).result.ok
+    assert got["features"].tolist() == plain and got["features"].shape[1] == len(FEATURES)
+    for feature in study.EMBEDDING_FEATURES:
+        assert got[feature].shape == (len(plain), DIM) and np.abs(got[feature]).sum() > 0
+    again = study.embed_module(task)[1]
+    assert list(study.Path(task.cache).glob("*.npz")) and all(np.array_equal(got[k], again[k]) for k in got)
+
+
+def test_gate_study_statistics():
+    study = _load_gate_study()
+    rng = np.random.default_rng(0)
+    y, p = rng.integers(0, 2, 200), rng.random(200).round(1)  # rounded: ties
+    pairs = [(a > b) + 0.5 * (a == b) for a in p[y == 1] for b in p[y == 0]]
+    assert study.roc_auc(y, p) == pytest.approx(np.mean(pairs))
+    assert study.roc_auc(y, y.astype(float)) == 1.0
+    groups = [f"pkg{i % 7}" for i in range(50)]
+    folds = study.grouped_folds(groups, 3, seed=1)
+    assert sum(f.astype(int) for f in folds).tolist() == [1] * 50  # every flip in exactly one test fold
+    for f in folds:
+        inside = {g for g, t in zip(groups, f, strict=True) if t}
+        assert inside and not inside & {g for g, t in zip(groups, f, strict=True) if not t}

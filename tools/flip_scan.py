@@ -36,6 +36,7 @@ from optgym.corpus.corpus import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
+from optgym.problems.inline_size import FEATURES
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.search import Compiler
@@ -52,15 +53,21 @@ class ScanTask:
     undo: bool
     max_flips: int
     timeout: float
+    where: tuple[tuple[str, int], ...] = ()  # only call sites whose raw feature ≤ bound, every pair
 
 
-def candidates(actions: np.ndarray, heuristic: np.ndarray, over: np.ndarray, task: ScanTask) -> list[int]:
+def candidates(
+    actions: np.ndarray, heuristic: np.ndarray, features: dict[str, np.ndarray], task: ScanTask
+) -> list[int]:
     """The decisions to flip: left alone at ``over = cost − threshold`` in [lo, hi], or (``undo``) clang's own
-    inlines at ``over`` in [-hi, -lo]."""
+    inlines at ``over`` in [-hi, -lo]; of those, the ones every ``--where`` bound admits."""
+    over = features["cost_estimate"] - features["threshold"]
     if task.undo:
         chosen = (actions == 1) & (heuristic == 1) & (over >= -task.hi) & (over <= -task.lo)
     else:
         chosen = (actions == 0) & (over >= task.lo) & (over <= task.hi)
+    for feature, bound in task.where:
+        chosen &= features[feature] <= bound
     picked = np.flatnonzero(chosen).tolist()
     random.Random(task.module).shuffle(picked)
     return sorted(picked[: task.max_flips])
@@ -80,9 +87,8 @@ def scan_module(task: ScanTask) -> tuple[list[dict], list[str]]:
         if not base.features:
             return [], []  # no decision to flip
         features = base.features
-        over = features["cost_estimate"] - features["threshold"]
         rows, failed = [], []
-        for i in candidates(base.actions, base.heuristic, over, task):
+        for i in candidates(base.actions, base.heuristic, features, task):
             actions = base.actions.copy()
             actions[i] = 1 - actions[i]
             out = compiler.run(actions, i + 1)  # the recorded answers up to the flip, the policy after it
@@ -121,16 +127,30 @@ def main() -> int:
     parser.add_argument("--language", choices=("C++", "C"), default="C++")
     parser.add_argument("--modules", type=int, default=50, help="modules to scan (a seeded random sample)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip", type=int, default=0, help="start this far into the sample (scan it in chunks)")
     parser.add_argument("--policy", default="pretrained", help="the policy whose decisions are flipped")
     parser.add_argument("--lo", type=int, default=1)
     parser.add_argument("--hi", type=int, default=80)
     parser.add_argument("--undo", action="store_true", help="flip clang's own inlines to 'not inline' instead")
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FEATURE<=V",
+        help="only call sites where raw FEATURE ≤ V (repeatable)",
+    )
     parser.add_argument("--max-flips", type=int, default=40, help="flips per module at most")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per compile")
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
 
     split = None if args.split == "all" else args.split
+    where = []
+    for text in args.where:
+        feature, sep, bound = text.partition("<=")
+        if not sep or feature not in FEATURES or not bound.lstrip("-").isdigit():
+            sys.exit(f"--where takes FEATURE<=INTEGER with FEATURE one of clang's features, not {text!r}")
+        where.append((feature, int(bound)))
     corpus = Corpus(args.corpus, split=split)
     resolve_policy(args.policy)  # a clear error now, not in every worker
     names = sorted(m.name for m in corpus if (m.language in CXX_LANGUAGES) == (args.language == "C++"))
@@ -138,7 +158,7 @@ def main() -> int:
         sys.exit(f"{args.corpus} has no {args.language} modules on the {args.split} side")
     random.Random(args.seed).shuffle(names)
     tasks = [ScanTask(str(args.corpus), split, name, args.policy, args.lo, args.hi, args.undo, args.max_flips,
-                      args.timeout) for name in names[: args.modules]]  # fmt: skip
+                      args.timeout, tuple(where)) for name in names[args.skip : args.skip + args.modules]]  # fmt: skip
     rows: list[dict] = []
     failed: list[str] = []
     for _, (module_rows, module_failed) in run_tasks(scan_module, tasks, workers=args.workers, description="flip scan"):

@@ -89,14 +89,15 @@ def stage(name: str, timings: dict[str, float]) -> Iterator[None]:
 # -- stage 1: modules ----------------------------------------------------------------------------
 
 
-def corpus_modules(corpora: Sequence[Path], exclude: Sequence[str] = ()) -> list[Module]:
-    """Every module of ``corpora`` except those of corpora whose directory name is in ``exclude``."""
+def corpus_modules(corpora: Sequence[Path], exclude: Sequence[str] = (), split: str | None = None) -> list[Module]:
+    """Every module of ``corpora`` except those of corpora whose directory name is in ``exclude`` — and, with
+    ``split``, only that side of each corpus's split (the vocabulary must not have seen held-out packages)."""
     skip = set(exclude)
     modules: list[Module] = []
     for root in corpora:
         if Path(root).resolve().name in skip:
             continue
-        modules.extend(Corpus(root))
+        modules.extend(Corpus(root, split=split))
     return modules
 
 
@@ -295,6 +296,7 @@ def build(
     output: Path,
     *,
     exclude: Sequence[str] = (),
+    split: str | None = None,
     config: TransEConfig | None = None,
     workers: int | None = None,
     progress: bool = True,
@@ -306,7 +308,7 @@ def build(
     tool = toolchain.tool("llvm-ir2vec")
     timings: dict[str, float] = {}
     with stage("modules", timings):
-        modules = corpus_modules(corpora, exclude)
+        modules = corpus_modules(corpora, exclude, split)
         print(f"  {len(modules)} modules from {len(corpora)} corpora")
     if not modules:
         raise VocabError("no modules to train on")
@@ -482,6 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("corpora", type=Path, nargs="+", help="corpus directories (corpus_description.json)")
     b.add_argument("-o", "--output", type=Path, required=True)
     b.add_argument("--exclude", nargs="*", default=[], help="corpus directory names to leave out (held out)")
+    b.add_argument("--split", default=None, help="only this side of each corpus's split (train)")
     b.add_argument("--dim", type=int, default=DEFAULT_DIM)
     b.add_argument("--epochs", type=int, default=TransEConfig.epochs)
     b.add_argument("--seed", type=int, default=0)
@@ -500,6 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.corpora,
             args.output,
             exclude=args.exclude,
+            split=args.split,
             config=config,
             workers=args.workers,
             progress=not args.no_progress,

@@ -37,6 +37,11 @@ class DecisionPoint:
     def features(self) -> dict[str, np.ndarray]:
         return self._view.as_dict(self._obs)
 
+    def stream_features(self) -> dict[str, np.ndarray]:
+        """Every tensor the compiler sent at this decision, by name — also those the problem does not read
+        (IR2Vec embeddings when clang is given a vocabulary); decoded on each call, so not for the hot path."""
+        return self._obs.as_dict()
+
     @property
     def raw(self) -> bytes:
         return self._obs.raw
