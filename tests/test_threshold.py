@@ -23,7 +23,8 @@ NAMES = [s.name for s in PROBLEM.expected_features() if s.name not in PROBLEM.hi
 @pytest.mark.parametrize(
     ("cxx", "c"),
     [(None, None), (5, None), (None, 5), (0, 20), ((20, 3), (10, 2)),
-     ("10/2+40/3@is_callee_avail_external<=0", "30@callee_basic_block_count<=2+5")],
+     ("10/2+40/3@is_callee_avail_external<=0", "30@callee_basic_block_count<=2+5"),
+     ("100/2@node_count>=6+10/3", "50@node_count>=3@callee_users<=2")],
 )  # fmt: skip
 def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_dir, toolchain):
     """Every decision of a real compile is clang's, moved exactly as asked in that module's language
@@ -41,8 +42,9 @@ def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_d
         expected = run.trajectory.heuristic == 1
         for rule in parse_shift(cxx if lang == "C++" else c) or ():
             admitted = d >= -rule.up
-            for feature, bound in rule.gates:
-                admitted &= f[:, NAMES.index(feature)] <= bound
+            for feature, op, bound in rule.gates:
+                value = f[:, NAMES.index(feature)]
+                admitted &= value <= bound if op == "<=" else value >= bound
             expected |= admitted
         assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
         checked[lang] += len(d)
@@ -121,14 +123,16 @@ def test_every_sample_must_keep_the_bar(corpus_dir, tmp_path):
         assert chosen[lang]["total_ratio"] == min(c[lang]["total_ratio"] for c in kept)
 
 
-def test_the_exported_graph_reads_the_language_as_the_policy_does(trace_dir, tmp_path):
+@pytest.mark.parametrize("cxx", [(10, 2), "60/2@node_count>=8@is_callee_avail_external<=0"])
+def test_the_exported_graph_reads_the_language_as_the_policy_does(cxx, trace_dir, tmp_path):
+    """Also with ≤ and ≥ gates: the graph computes them as the numpy policy does."""
     from typer.testing import CliRunner
 
     from optgym.cli import app
     from optgym.policies.export import OnnxPolicy
     from optgym.train.trace import feature_matrix, iter_batches
 
-    policy_dir = threshold_policy(NAMES, cxx=(10, 2), c=0).save(tmp_path / "policy")
+    policy_dir = threshold_policy(NAMES, cxx=cxx, c=0).save(tmp_path / "policy")
     result = CliRunner().invoke(app, ["export", str(policy_dir), "-o", str(tmp_path / "t.onnx")])
     assert result.exit_code == 0, result.output
     exported, trained = OnnxPolicy.load(tmp_path / "t.onnx"), MLPPolicy.load(policy_dir)

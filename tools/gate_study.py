@@ -20,10 +20,10 @@ decisions are the scan's, which is checked — every flip's 38 features must equ
 that decision index, or the module is dropped and reported.
 
 Evaluation is by package (grouped K-fold: a fold's packages are never trained on), over seeds, and reports
-per feature set: ROC AUC, accuracy, and what the gate would buy if each flip's change added up — the
-share of the flips admitted (p > 0.5), their summed size change against admitting all of them and against
-the oracle (only the shrinking ones). Flips interact, so the last figures are indicative; module-level
-figures come only from ``optgym evaluate`` of a built policy.
+per feature set: ROC AUC, accuracy, and what the gate would buy if each flip's change added up — per
+``--cutoffs`` value, the share of the flips admitted (p > cutoff), their summed size change (against
+admitting all of them and against the oracle, only the shrinking ones). Flips interact, so the last
+figures are indicative; module-level figures come only from ``optgym evaluate`` of a built policy.
 """
 
 from __future__ import annotations
@@ -161,20 +161,22 @@ def grouped_folds(groups: Sequence[str], k: int, seed: int) -> list[np.ndarray]:
     return [ids == i for i in range(k)]
 
 
-def cross_validate(inputs: np.ndarray, delta: np.ndarray, groups: Sequence[str], folds: int, seed: int) -> dict:
-    """Out-of-fold predictions for every flip, then the figures over all of them."""
+def cross_validate(
+    inputs: np.ndarray, delta: np.ndarray, groups: Sequence[str], folds: int, seed: int, cutoffs: Sequence[float]
+) -> dict:
+    """Out-of-fold predictions for every flip, then the figures over all of them (per cutoff: what a gate
+    admitting ``p > cutoff`` would admit)."""
     y = (delta < 0).astype(np.float64)
     p = np.zeros(len(y))
     for test in grouped_folds(groups, folds, seed):
         p[test] = train_mlp(inputs[~test], y[~test], seed)(inputs[test])
-    admitted = p > 0.5
-    return {
-        "auc": roc_auc(y, p),
-        "accuracy": float(((p > 0.5) == (y == 1)).mean()),
-        "admitted": float(admitted.mean()),
-        "admitted_delta": float(delta[admitted].sum()),
-        "admitted_shrank": float(y[admitted].mean()) if admitted.any() else float("nan"),
-    }
+    out = {"auc": roc_auc(y, p), "accuracy": float(((p > 0.5) == (y == 1)).mean())}
+    for cutoff in cutoffs:
+        admitted = p > cutoff
+        out[f"admitted@{cutoff}"] = float(admitted.mean())
+        out[f"admitted_delta@{cutoff}"] = float(delta[admitted].sum())
+        out[f"admitted_shrank@{cutoff}"] = float(y[admitted].mean()) if admitted.any() else 0.0
+    return out
 
 
 def mean_ci_text(values: Sequence[float]) -> str:
@@ -191,6 +193,7 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=None, help="embeddings per module (default: beside FLIPS)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--cutoffs", type=float, nargs="+", default=[0.5, 0.6, 0.7, 0.8])
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("-j", "--workers", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
@@ -229,16 +232,20 @@ def main() -> int:
     if dropped:
         print(f"{len(dropped)} dropped:", *dropped[:10], sep="\n  ")
     inputs = design(kept, embeddings)
-    results = {name: [cross_validate(inputs[name], delta, groups, args.folds, seed) for seed in range(args.seeds)]
-               for name in FEATURE_SETS}  # fmt: skip
-    print(
-        f"{'features':<12} {'AUC':>14} {'accuracy':>14} {'admitted':>14} {'admitted Δ B':>18} {'of those shrank':>16}"
-    )
+    results = {name: [cross_validate(inputs[name], delta, groups, args.folds, seed, args.cutoffs)
+                      for seed in range(args.seeds)] for name in FEATURE_SETS}  # fmt: skip
+    print(f"{'features':<12} {'AUC':>14} {'accuracy':>14}")
     for name, runs in results.items():
-        cols = [
-            mean_ci([r[k] for r in runs]) for k in ("auc", "accuracy", "admitted", "admitted_delta", "admitted_shrank")
-        ]
-        print(f"{name:<12} {cols[0]:>14} {cols[1]:>14} {cols[2]:>14} {cols[3]:>18} {cols[4]:>16}")
+        print(
+            f"{name:<12} {mean_ci_text([r['auc'] for r in runs]):>14} {mean_ci_text([r['accuracy'] for r in runs]):>14}"
+        )
+    print(f"{'features':<12} {'cutoff':>6} {'admitted':>14} {'admitted Δ B':>20} {'of those shrank':>16}")
+    for name, runs in results.items():
+        for c in args.cutoffs:
+            cols = [
+                mean_ci_text([r[f"{k}@{c}"] for r in runs]) for k in ("admitted", "admitted_delta", "admitted_shrank")
+            ]
+            print(f"{name:<12} {c:>6} {cols[0]:>14} {cols[1]:>20} {cols[2]:>16}")
     if args.json:
         figures = {"flips": len(kept), "packages": len(set(groups)), "all_delta": float(delta.sum()),
                    "oracle_delta": float(delta[delta < 0].sum()), "results": results}  # fmt: skip

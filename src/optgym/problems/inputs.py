@@ -20,6 +20,8 @@ Derived inputs are named, and the names are stored with the policy:
   (:func:`optgym.toolchain.language.driver_language`);
 * ``at_most:A:K`` — ``1`` where raw feature ``A`` is at most the integer ``K`` (a gate: the shipped policy
   moves clang's threshold only for callees with few users, ``at_most:callee_users:2``);
+* ``at_least:A:K`` — ``1`` where raw feature ``A`` is at least ``K`` (a gate on the module's size, say:
+  ``at_least:node_count:20``);
 * ``margin:A-B`` — ``sign(A - B) · log1p(|A - B|) / 8`` of two raw features ``A`` and ``B``
   (``margin:threshold-cost_estimate`` is positive where clang's cost model inlines); the ``/ 8``
   keeps the usual range (|A - B| up to a few thousand) near ``[-1, 1]``.
@@ -41,6 +43,9 @@ HEURISTIC_INPUT = "heuristic"
 CXX_INPUT = "cxx"
 MARGIN_PREFIX = "margin:"
 AT_MOST_PREFIX = "at_most:"
+AT_LEAST_PREFIX = "at_least:"
+#: The bound gates: kind → whether raw value ``v`` passes bound ``k``.
+BOUNDS = {"at_most": lambda v, k: v <= k, "at_least": lambda v, k: v >= k}
 MARGIN_SCALE = 8.0
 #: What ``optgym train imitate`` and ``--extras residual`` give a network for inline-size.
 RESIDUAL_EXTRAS = (HEURISTIC_INPUT, "margin:threshold-cost_estimate")
@@ -48,18 +53,18 @@ RESIDUAL_EXTRAS = (HEURISTIC_INPUT, "margin:threshold-cost_estimate")
 
 def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str, int, int]]:
     """``(kind, a, b)`` per derived input: ``a``/``b`` the raw-feature columns of a margin, the column and
-    bound of an ``at_most``, else -1."""
+    bound of an ``at_most`` or ``at_least``, else -1."""
     parsed = []
     for extra in extras:
         if extra in (HEURISTIC_INPUT, CXX_INPUT):
             parsed.append((extra, -1, -1))
             continue
-        if extra.startswith(AT_MOST_PREFIX) and extra.count(":") == 2:
-            _, feature, bound = extra.split(":")
+        if extra.startswith((AT_MOST_PREFIX, AT_LEAST_PREFIX)) and extra.count(":") == 2:
+            kind, feature, bound = extra.split(":")
             if feature not in names:
                 raise VocabError(f"derived input {extra!r} names feature {feature!r}, which the vocab does not have")
             try:
-                parsed.append(("at_most", list(names).index(feature), int(bound)))
+                parsed.append((kind, list(names).index(feature), int(bound)))
             except ValueError:
                 raise VocabError(f"derived input {extra!r}: the bound must be an integer") from None
             continue
@@ -71,7 +76,8 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
             parsed.append(("margin", list(names).index(a), list(names).index(b)))
             continue
         raise VocabError(
-            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'at_most:A:K' or 'margin:A-B' (A, B feature names)"
+            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'at_most:A:K', 'at_least:A:K' or 'margin:A-B' "
+            "(A, B feature names)"
         )
     return parsed
 
@@ -127,8 +133,8 @@ class PolicyInputs:
             if kind in (HEURISTIC_INPUT, CXX_INPUT):
                 flag = np.asarray(_given(kind, heuristic, cxx), dtype=np.float64) > 0
                 columns.append(np.broadcast_to(flag.astype(np.float64), raw.shape[:-1]))
-            elif kind == "at_most":
-                columns.append((raw[..., a] <= b).astype(np.float64))
+            elif kind in BOUNDS:
+                columns.append(BOUNDS[kind](raw[..., a], b).astype(np.float64))
             else:
                 columns.append(margin(raw[..., a], raw[..., b]))
         out = np.concatenate([normalized, np.stack(columns, axis=-1)], axis=-1)
@@ -152,8 +158,8 @@ class PolicyInputs:
         for kind, a, b in self.parsed:
             if kind in (HEURISTIC_INPUT, CXX_INPUT):
                 out.append(1.0 if _given(kind, heuristic, cxx) > 0 else 0.0)
-            elif kind == "at_most":
-                out.append(1.0 if values[a] <= b else 0.0)
+            elif kind in BOUNDS:
+                out.append(1.0 if BOUNDS[kind](values[a], b) else 0.0)
             else:
                 d = values[a] - values[b]
                 out.append(math.copysign(float(np.log(np.float64(abs(d) + 1.0))), d) / MARGIN_SCALE if d else 0.0)

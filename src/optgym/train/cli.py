@@ -434,8 +434,8 @@ def threshold_command(
         str,
         typer.Option(
             help="candidates, comma-separated: K (also inline where cost − threshold ≤ K), K/U (only where "
-            "the callee has ≤ U users), K@FEATURE<=V (only where that raw feature ≤ V), rules joined by + "
-            "(each admits call sites), none (clang's own)"
+            "the callee has ≤ U users), K@FEATURE<=V or K@FEATURE>=V (only where that raw feature is within V), "
+            "rules joined by + (each admits call sites), none (clang's own)"
         ),
     ] = "none,0,2,5,10,10/2,10/4",
     languages: Annotated[

@@ -70,13 +70,13 @@ class Rule:
     """Also inline where ``cost − threshold ≤ up`` and every gate holds (raw feature ≤ bound)."""
 
     up: int
-    gates: tuple[tuple[str, int], ...] = ()
+    gates: tuple[tuple[str, str, int], ...] = ()  # (raw feature, "<=" or ">=", bound)
 
     @property
     def label(self) -> str:
-        gates = dict(self.gates)
-        users = f"/{gates.pop(USERS)}" if USERS in gates else ""
-        return f"{self.up}{users}" + "".join(f"@{f}<={v}" for f, v in gates.items())
+        users = [v for f, op, v in self.gates if (f, op) == (USERS, "<=")]
+        rest = [g for g in self.gates if (g[0], g[1]) != (USERS, "<=")]
+        return f"{self.up}{f'/{users[0]}' if users else ''}" + "".join(f"@{f}{op}{v}" for f, op, v in rest)
 
 
 #: A candidate: clang's decisions plus every call site one of its rules admits.
@@ -104,19 +104,20 @@ class ThresholdConfig:
 def _rule(text: str) -> Rule:
     head, *gates = text.split("@")
     k, _, users = head.partition("/")
-    pairs = [(USERS, users)] if users else []
+    triples = [(USERS, "<=", users)] if users else []
     for gate in gates:
-        feature, sep, bound = gate.partition("<=")
+        op = "<=" if "<=" in gate else ">="
+        feature, sep, bound = gate.partition(op)
         if not sep or not feature:
             raise ValueError(gate)
-        pairs.append((feature, bound))
-    return Rule(int(k), tuple((f, int(v)) for f, v in pairs))
+        triples.append((feature, op, bound))
+    return Rule(int(k), tuple((f, op, int(v)) for f, op, v in triples))
 
 
 def parse_shift(text: Candidate) -> Shift | None:
     """A candidate's text as its rules: ``none`` → ``None`` (clang's own); ``K`` → inline also where
     ``cost − threshold ≤ K``; ``K/U`` → only where the callee has ≤ ``U`` users; ``K@F<=V`` → only
-    where raw feature ``F`` ≤ ``V`` (gates combine: ``40/2@is_callee_avail_external<=0``); rules
+    where raw feature ``F`` ≤ ``V`` (``K@F>=V``: ≥; gates combine: ``40/2@is_callee_avail_external<=0``); rules
     joined by ``+`` each admit call sites (``10/2+40/2@is_callee_avail_external<=0``). An int ``K``
     or a pair ``(K, U)`` stands for ``K`` and ``K/U``."""
     if text is None or text == "none":
@@ -127,12 +128,13 @@ def parse_shift(text: Candidate) -> Shift | None:
         return text  # already parsed
     if isinstance(text, tuple):
         k, users = text
-        return (Rule(k, () if users is None else ((USERS, users),)),)
+        return (Rule(k, () if users is None else ((USERS, "<=", users),)),)
     try:
         return tuple(_rule(part) for part in str(text).split("+"))
     except ValueError:
         raise RunError(
-            f"a threshold candidate is none, or rules K, K/U, K@FEATURE<=V joined by + (integers), not {text!r}"
+            f"a threshold candidate is none, or rules K, K/U, K@FEATURE<=V, K@FEATURE>=V joined by + (integers), "
+            f"not {text!r}"
         ) from None
 
 
@@ -143,7 +145,7 @@ def _label(shift: Shift | None) -> str:
 def _directory_name(shift: Shift | None) -> str:
     """A file-safe name for a candidate's policy directory."""
     label = _label(shift)
-    for old, new in (("/", "-users"), ("<=", "-le"), ("@", "-"), ("+", "-or-")):
+    for old, new in (("/", "-users"), ("<=", "-le"), (">=", "-ge"), ("@", "-"), ("+", "-or-")):
         label = label.replace(old, new)
     return f"up{label}"
 
@@ -153,10 +155,10 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
     ``cxx`` candidate in C++ modules, ``c`` in C ones; ``None`` leaves that language as clang decides."""
     shifts = {"cxx": parse_shift(cxx), "c": parse_shift(c)}
     gates = sorted({g for s in shifts.values() for rule in s or () for g in rule.gates})
-    missing = sorted({f for f, _ in gates} - set(features))
+    missing = sorted({f for f, _, _ in gates} - set(features))
     if missing:
         raise RunError(f"a threshold rule gates on {missing}, which the problem's features do not include")
-    extras = (*EXTRAS, *(f"at_most:{f}:{v}" for f, v in gates))
+    extras = (*EXTRAS, *(f"{'at_most' if op == '<=' else 'at_least'}:{f}:{v}" for f, op, v in gates))
     vocab = Vocab({name: [0.0] for name in features})  # the normalized features get zero weight
     width = len(features) * 4
     h, m, lang = width, width + 1, width + 2
