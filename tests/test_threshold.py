@@ -57,7 +57,9 @@ def test_the_policy_needs_the_language():
         threshold_policy(NAMES, cxx=5, c=None)(point())
 
 
-@pytest.mark.parametrize("text", ["ten", "10/x", "10@callee_users", "10@<=3", "10+", "10@callee_users<=two"])
+@pytest.mark.parametrize(
+    "text", ["ten", "10/x", "10@callee_users", "10@<=3", "10+", "10@callee_users<=two", "10@node_count>=x"]
+)
 def test_a_malformed_candidate_is_a_clear_error(text):
     with pytest.raises(RunError, match="threshold candidate"):
         parse_shift(text)

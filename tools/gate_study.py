@@ -63,7 +63,7 @@ class EmbedTask:
 
 
 def _cache_file(task: EmbedTask) -> Path:
-    key = hashlib.sha256(f"{task.module}\0{task.policy}\0{Path(task.vocab).read_bytes().hex()}".encode())
+    key = hashlib.sha256(f"{task.module}\0{task.policy}\0".encode() + Path(task.vocab).read_bytes())
     return Path(task.cache) / f"{key.hexdigest()[:24]}.npz"
 
 

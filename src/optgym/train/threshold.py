@@ -60,6 +60,7 @@ from optgym.train.run import RunError, evaluate_final, prepare_run_dir, write_co
 from optgym.train.trace import sample_modules
 
 EXTRAS = (HEURISTIC_INPUT, "margin:threshold-cost_estimate", CXX_INPUT)
+GATE_KINDS = {"<=": "at_most", ">=": "at_least"}  # a rule's gate → the derived input that computes it
 USERS = "callee_users"  # ``K/U`` gates on it: a callee with few users is one inlining can delete
 STEEP = 1e4  # the steps' slope: adjacent integer margins near the threshold differ by ≥ 0.01 in m
 GATE = 1e6  # what a closed gate subtracts: far more than any STEEP · m
@@ -71,7 +72,7 @@ REPORTED = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_rati
 
 @dataclass(frozen=True)
 class Rule:
-    """Also inline where ``cost − threshold ≤ up`` and every gate holds (raw feature ≤ bound)."""
+    """Also inline where ``cost − threshold ≤ up`` and every gate holds (raw feature ``<=`` or ``>=`` its bound)."""
 
     up: int
     gates: tuple[tuple[str, str, int], ...] = ()  # (raw feature, "<=" or ">=", bound)
@@ -110,7 +111,7 @@ def _rule(text: str) -> Rule:
     k, _, users = head.partition("/")
     triples = [(USERS, "<=", users)] if users else []
     for gate in gates:
-        op = "<=" if "<=" in gate else ">="
+        op = next((op for op in GATE_KINDS if op in gate), ">=")
         feature, sep, bound = gate.partition(op)
         if not sep or not feature:
             raise ValueError(gate)
@@ -162,7 +163,7 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
     missing = sorted({f for f, _, _ in gates} - set(features))
     if missing:
         raise RunError(f"a threshold rule gates on {missing}, which the problem's features do not include")
-    extras = (*EXTRAS, *(f"{'at_most' if op == '<=' else 'at_least'}:{f}:{v}" for f, op, v in gates))
+    extras = (*EXTRAS, *(f"{GATE_KINDS[op]}:{f}:{v}" for f, op, v in gates))
     vocab = Vocab({name: [0.0] for name in features})  # the normalized features get zero weight
     width = len(features) * 4
     h, m, lang = width, width + 1, width + 2
