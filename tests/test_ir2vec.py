@@ -115,7 +115,8 @@ def test_gate_study_embeddings_are_the_scanned_decisions(vocab, corpus, toolchai
     from optgym.rollout.rollout import rollout
 
     study = _load_gate_study()
-    task = study.EmbedTask(str(corpus.root), "zoo", "heuristic", str(vocab), str(tmp_path / "cache"), 120.0)
+    digest = study.hashlib.sha256(vocab.read_bytes()).hexdigest()
+    task = study.EmbedTask(str(corpus.root), "zoo", "heuristic", str(vocab), digest, str(tmp_path / "cache"), 120.0)
     name, got = study.embed_module(task)
     assert name == "zoo" and isinstance(got, dict), got
     plain: list[list[int]] = []

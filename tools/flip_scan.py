@@ -2,7 +2,7 @@
 """Single-flip scan: which near-threshold decisions of a policy would shrink the module if flipped?
 
     .venv/bin/python tools/flip_scan.py CORPUS [--split train] [--language C++] [--modules 50]
-        [--policy pretrained] [--lo 1 --hi 80] [--undo] [--where FEATURE<=V] [--skip N] [-j 2] -o rows.jsonl
+        [--policy pretrained] [--lo 1 --hi 80] [--undo] [--where FEATURE<=V|>=V] [--skip N] [-j 2] -o rows.jsonl
 
 Why: a rule like the shipped policy's ("also inline up to K above clang's threshold where …") is only as
 good as its gates, and the gates should come from the compiler, not from guessing. Per module (a seeded
@@ -40,6 +40,7 @@ from optgym.problems.inline_size import FEATURES
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.search import Compiler
+from optgym.train.threshold import gate_holds, parse_gate
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class ScanTask:
     undo: bool
     max_flips: int
     timeout: float
-    where: tuple[tuple[str, int], ...] = ()  # only call sites whose raw feature ≤ bound, every pair
+    where: tuple[tuple[str, str, int], ...] = ()  # only call sites passing every (feature, "<=" | ">=", bound)
 
 
 def candidates(
@@ -66,8 +67,8 @@ def candidates(
         chosen = (actions == 1) & (heuristic == 1) & (over >= -task.hi) & (over <= -task.lo)
     else:
         chosen = (actions == 0) & (over >= task.lo) & (over <= task.hi)
-    for feature, bound in task.where:
-        chosen &= features[feature] <= bound
+    for feature, op, bound in task.where:
+        chosen &= gate_holds(features[feature], op, bound)
     picked = np.flatnonzero(chosen).tolist()
     random.Random(task.module).shuffle(picked)
     return sorted(picked[: task.max_flips])
@@ -137,7 +138,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="FEATURE<=V",
-        help="only call sites where raw FEATURE ≤ V (repeatable)",
+        help="only call sites where raw FEATURE ≤ V (or ≥ V; repeatable), the gates of optgym train threshold",
     )
     parser.add_argument("--max-flips", type=int, default=40, help="flips per module at most")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per compile")
@@ -147,10 +148,12 @@ def main() -> int:
     split = None if args.split == "all" else args.split
     where = []
     for text in args.where:
-        feature, sep, bound = text.partition("<=")
-        if not sep or feature not in FEATURES or not bound.lstrip("-").isdigit():
-            sys.exit(f"--where takes FEATURE<=INTEGER with FEATURE one of clang's features, not {text!r}")
-        where.append((feature, int(bound)))
+        try:
+            where.append(parse_gate(text))
+        except ValueError:
+            sys.exit(f"--where takes FEATURE<=INTEGER or FEATURE>=INTEGER, not {text!r}")
+        if where[-1][0] not in FEATURES:
+            sys.exit(f"--where {text!r}: {where[-1][0]!r} is not one of clang's features")
     corpus = Corpus(args.corpus, split=split)
     resolve_policy(args.policy)  # a clear error now, not in every worker
     names = sorted(m.name for m in corpus if (m.language in CXX_LANGUAGES) == (args.language == "C++"))

@@ -58,12 +58,13 @@ class EmbedTask:
     module: str
     policy: str
     vocab: str
+    vocab_digest: str  # SHA-256 of the vocabulary: part of the cache key, computed once
     cache: str
     timeout: float
 
 
 def _cache_file(task: EmbedTask) -> Path:
-    key = hashlib.sha256(f"{task.module}\0{task.policy}\0".encode() + Path(task.vocab).read_bytes())
+    key = hashlib.sha256(f"{task.module}\0{task.policy}\0{task.vocab_digest}".encode())
     return Path(task.cache) / f"{key.hexdigest()[:24]}.npz"
 
 
@@ -204,7 +205,8 @@ def main() -> int:
         sys.exit("no flips in " + ", ".join(map(str, args.flips)))
     cache = args.cache or args.flips[0].parent / "embeddings"
     modules = sorted({r["module"] for r in rows})
-    tasks = [EmbedTask(str(args.corpus), m, args.policy, str(args.vocab.resolve()), str(cache), args.timeout)
+    digest = hashlib.sha256(args.vocab.read_bytes()).hexdigest()
+    tasks = [EmbedTask(str(args.corpus), m, args.policy, str(args.vocab.resolve()), digest, str(cache), args.timeout)
              for m in modules]  # fmt: skip
     embeddings: dict[str, dict[str, np.ndarray]] = {}
     dropped: list[str] = []

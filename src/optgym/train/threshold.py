@@ -53,7 +53,7 @@ import numpy as np
 from optgym.corpus.corpus import atomic_write_bytes
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
-from optgym.problems.inputs import CXX_INPUT, HEURISTIC_INPUT, margin
+from optgym.problems.inputs import BOUNDS, CXX_INPUT, HEURISTIC_INPUT, margin
 from optgym.problems.normalize import Vocab
 from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.run import RunError, evaluate_final, prepare_run_dir, write_config
@@ -106,17 +106,27 @@ class ThresholdConfig:
     samples: int = 1  # independent samples (seeds seed, seed + 1, …): a candidate must keep the bar on each
 
 
+def parse_gate(text: str) -> tuple[str, str, int]:
+    """``FEATURE<=V`` or ``FEATURE>=V`` (V an integer) as ``(feature, op, V)``; ``ValueError`` otherwise."""
+    op = next((op for op in GATE_KINDS if op in text), None)
+    if op is None:
+        raise ValueError(text)
+    feature, _, bound = text.partition(op)
+    if not feature:
+        raise ValueError(text)
+    return feature, op, int(bound)
+
+
+def gate_holds(values: np.ndarray, op: str, bound: int) -> np.ndarray:
+    """Where raw feature ``values`` pass a gate (the derived input's own test, :data:`inputs.BOUNDS`)."""
+    return BOUNDS[GATE_KINDS[op]](values, bound)
+
+
 def _rule(text: str) -> Rule:
     head, *gates = text.split("@")
     k, _, users = head.partition("/")
-    triples = [(USERS, "<=", users)] if users else []
-    for gate in gates:
-        op = next((op for op in GATE_KINDS if op in gate), ">=")
-        feature, sep, bound = gate.partition(op)
-        if not sep or not feature:
-            raise ValueError(gate)
-        triples.append((feature, op, bound))
-    return Rule(int(k), tuple((f, op, int(v)) for f, op, v in triples))
+    triples = [(USERS, "<=", int(users))] if users else []
+    return Rule(int(k), tuple(triples + [parse_gate(gate) for gate in gates]))
 
 
 def parse_shift(text: Candidate) -> Shift | None:
@@ -285,6 +295,8 @@ def config_from_options(options: dict[str, Any], output: Path | str) -> Threshol
 __all__ = [
     "ThresholdConfig",
     "config_from_options",
+    "gate_holds",
+    "parse_gate",
     "parse_shift",
     "summary_figures",
     "threshold_policy",
