@@ -129,6 +129,10 @@ class Problem(ABC):
 
     hidden_features: ClassVar[tuple[str, ...]] = ()  # read by the problem, never shown to a policy
 
+    #: What each decision is about, by name, for offline tools: the optimization-record pass that writes
+    #: one remark per decision and the remark argument naming the subject (see ``toolchain.remarks``).
+    decision_subject: ClassVar[tuple[str, str] | None] = None
+
     def view(self, header: Header) -> FeatureView:
         """Check a compiler's header and build the per-decision view of it."""
         if header.advice is None or header.advice.name != self.advice_name:

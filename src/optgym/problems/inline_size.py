@@ -46,6 +46,7 @@ class InlineSize(Problem):
     hook = "inliner"
     advice_name = "inlining_decision"
     hidden_features = (HEURISTIC,)
+    decision_subject = ("inline-ml", "Callee")  # one remark per decision, in order (verified on clang-22)
 
     def __init__(self, delta: float = DEFAULT_DELTA, size_increase_threshold: int | None = 1000) -> None:
         """``delta`` is MLGO's reward smoothing. ``size_increase_threshold`` lifts the ML advisor's

@@ -354,19 +354,23 @@ def search_command(
             "start policy's confidence, or the heuristic's cost margin; 1 = all"
         ),
     ] = 1.0,
+    groups: Annotated[
+        bool, typer.Option(help="once a pass of flips finds nothing, try inlining every call of one callee")
+    ] = True,
     evolve: Annotated[bool, typer.Option(help="evolutionary moves once a pass of flips finds nothing")] = True,
     workers: Workers = None,
     seed: Annotated[int, typer.Option(help="seed of the evolutionary moves")] = 0,
     timeout: Timeout = 120.0,
 ) -> None:
-    """Per module, decision sequences smaller than the heuristic's: greedy single flips, then evolution;
+    """Per module, decision sequences smaller than the heuristic's: greedy single flips, every call of one
+    callee, then evolution;
     every improvement verified byte-exact by a fresh compile. Resumable; see optgym.train.search."""
     from optgym.errors import OptgymError
     from optgym.train.search import SearchConfig, search, summary_table
 
     cfg = SearchConfig(corpus=str(corpus), output=str(output), budget=budget, workers=workers, modules=modules,
-                       split=split, min_decisions=min_decisions, start=start, focus=focus, evolve=evolve, seed=seed,
-                       timeout=timeout)  # fmt: skip
+                       split=split, min_decisions=min_decisions, start=start, focus=focus, groups=groups, evolve=evolve,
+                       seed=seed, timeout=timeout)  # fmt: skip
     try:
         meta = search(cfg, say=console.print)
     except OptgymError as e:

@@ -207,7 +207,8 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
                 out = run / "dagger" / f"round-{k:02d}" / f"search-{j}"
                 dagger = search(SearchConfig(corpus=meta["corpus"], output=str(out), budget=cfg.dagger_budget,
                                              workers=cfg.workers, module_names=searched, start=policy_dir,
-                                             focus=cfg.dagger_focus, evolve=False, seed=cfg.seed + k,
+                                             focus=cfg.dagger_focus, groups=False, evolve=False,
+                                             seed=cfg.seed + k,
                                              timeout=cfg.timeout, problem=problem),
                                 progress=progress, say=say)  # fmt: skip
                 if j == 0:

@@ -17,7 +17,12 @@ Moves, in the order the budget (compiles per module) is spent:
    trajectory would discard every improvement accepted after it — measured on the demo's
    ``shapes.cpp``, a second pass found nothing that way and took the module from 0.675 to 0.548 of
    the heuristic this way (replaying only the best's deviations from the heuristic: 0.637).
-2. when a pass improves nothing, **evolution**: a (1+1) evolutionary algorithm whose mutation flips
+2. when a pass improves nothing, **every call of one callee** (``--groups``, needs a problem that names
+   its decisions: for inlining, clang's optimization record names each decision's callee): for each
+   callee with two or more calls answered "no", answer "yes" at all of them — the move that can delete
+   a function, which no single flip can (the first inlined call only adds a copy). See
+   :meth:`ModuleSearch.groups`.
+3. then **evolution**: a (1+1) evolutionary algorithm whose mutation flips
    ``1 + Poisson(1)`` uniformly chosen decisions of the best (replayed by index); it stops after
    ``patience`` compiles without an improvement (``converged``; default: max(50, decisions)) or
    when the budget is spent.
@@ -37,7 +42,8 @@ A search directory ``S``::
                                 trajectory's actions, compiles spent, where the search stands,
                                 accepted improvements
     modules/<name>.parquet      the best trajectory's states: ``step``, every feature (raw int64),
-                                ``heuristic``, ``action``, ``log_prob``, ``examined``
+                                ``heuristic``, ``action``, ``log_prob``, ``examined``, and ``subject``
+                                (the callee) when the problem names its decisions
 
 Modules under ``--min-decisions`` are ``skipped``: their record and states hold the start policy's
 compile, unsearched. ``examined`` marks the states whose flip was tried with the state exactly as
@@ -79,6 +85,7 @@ from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.rollout import DecisionPoint, Policy
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.llvm import Toolchain
+from optgym.toolchain.remarks import read_remarks, record_flags
 
 SEARCH_FORMAT_VERSION = 1
 SEARCH_KIND = "optgym-search"
@@ -87,6 +94,7 @@ MODULES_TABLE = "modules.parquet"
 MODULES_DIR = "modules"
 CHECKPOINT_EVERY = 25  # compiles between two checkpoints of a module's record
 MUTATION_RATE = 1.0  # evolution flips 1 + Poisson(MUTATION_RATE) decisions
+MAX_GROUP_STEPS = 8  # compiles a group move may spend taking one callee's calls
 
 
 class SearchError(OptgymError):
@@ -107,6 +115,7 @@ class SearchConfig:
     focus: float = 1.0  # with a policy that gives log-probs: try only its deviations + this least-sure fraction
     patience: int | None = None  # evolution stops after this many compiles without improvement
     evolve: bool = True  # after a pass of single flips that improves nothing (DAgger: no, it labels no state)
+    groups: bool = True  # "take every call of one callee" moves between the single flips and evolution
     seed: int = 0
     timeout: float = DEFAULT_TIMEOUT
     problem: str = "inline-size"
@@ -128,6 +137,7 @@ class ModuleTask:
     evolve: bool
     seed: int
     timeout: float
+    groups: bool = True
 
 
 # -- candidates and compiles -------------------------------------------------------------------------
@@ -169,6 +179,7 @@ class Outcome:
     digest: str = ""  # SHA-256 of the object
     features: dict[str, np.ndarray] | None = None  # raw, one [T] array per feature
     seconds: float = 0.0
+    subjects: list[str] | None = None  # what each decision was about (the callee), from clang's record
 
 
 class _FeatureRecorder:
@@ -199,15 +210,23 @@ class Compiler:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def run(self, actions: np.ndarray, replay: int, *, features: bool = False) -> Outcome:
+        """Compile one candidate; with ``features``, also every state's raw features and, when the
+        problem names its decisions (``Problem.decision_subject``), each decision's subject."""
         policy: Policy = Candidate(actions, replay, self.base, score=self.score)
         recorder = _FeatureRecorder(policy) if features else None
-        obj = self._tmp / "object.o"
+        obj, record = self._tmp / "object.o", self._tmp / "record.yaml"
         obj.unlink(missing_ok=True)
+        record.unlink(missing_ok=True)
+        subject = self.problem.decision_subject if features else None
         run = rollout(self.problem, self.module, self.toolchain, recorder or policy, timeout=self.timeout,
-                      keep_object=obj)  # fmt: skip
+                      keep_object=obj, extra_flags=record_flags(record, subject[0]) if subject else ())  # fmt: skip
         res, traj = run.result, run.trajectory
         if not res.ok:
             return Outcome(False, res.status, seconds=res.compile_seconds)
+        subjects = None
+        if subject and record.exists():
+            subjects = [r.get(subject[1], "") for r in read_remarks(record, subject[0])]
+            subjects = subjects if len(subjects) == len(traj.actions) else None  # cannot align: none
         return Outcome(
             True,
             "ok",
@@ -219,6 +238,7 @@ class Compiler:
             hashlib.sha256(obj.read_bytes()).hexdigest(),
             recorder.columns() if recorder else None,
             res.compile_seconds,
+            subjects,
         )
 
 
@@ -294,6 +314,7 @@ class ModuleSearch:
             "heuristic": table.column("heuristic").to_numpy().astype(np.int8),
             "log_probs": None if np.isnan(log_probs).all() else log_probs,
             "features": {n: table.column(n).to_numpy() for n in names},
+            "subjects": table.column("subject").to_pylist() if "subject" in table.column_names else None,
             "examined": _stored_examined(self.record, len(actions)),
             "digest": self.record["best"]["digest"],
         }
@@ -312,8 +333,7 @@ class ModuleSearch:
         examined = np.zeros(len(check.actions), np.int8)
         keep = min(changed_from, len(self.best["examined"]), len(examined))
         examined[:keep] = self.best["examined"][:keep]  # the states before the change are the same states
-        self.best = {"actions": check.actions, "heuristic": check.heuristic, "log_probs": check.log_probs,
-                     "features": check.features, "examined": examined, "digest": check.digest}  # fmt: skip
+        self.best = best_of(check, examined)
         rec["best"].update(text_bytes=check.text_bytes, dottext_bytes=check.dottext_bytes, digest=check.digest,
                            decisions=len(check.actions),
                            deviations=int((check.actions != check.heuristic).sum()))  # fmt: skip
@@ -327,16 +347,21 @@ class ModuleSearch:
         if key in self.tried:
             return False
         self.tried.add(key)
+        out = self.compile(actions, replay)
+        if out is not None and out.text_bytes < self.record["best"]["text_bytes"]:
+            return self.accept(out, move, changed_from)
+        return False
+
+    def compile(self, actions: np.ndarray, replay: int, *, features: bool = False) -> Outcome | None:
+        """One compile of the budget; ``None`` (and the failure counted) if it failed."""
         rec = self.record
         rec["compiles"] += 1
-        out = self.compiler.run(actions, replay)
+        out = self.compiler.run(actions, replay, features=features)
         if not out.ok:
             rec["failures"] = rec.get("failures", 0) + 1
             rec["failure_statuses"] = sorted({*rec.get("failure_statuses", []), out.status})
-            return False
-        if out.text_bytes < rec["best"]["text_bytes"]:
-            return self.accept(out, move, changed_from)
-        return False
+            return None
+        return out
 
     def focus_positions(self, start: int) -> list[int]:
         """Decisions ``≥ start`` a greedy pass tries: all of them, or — with ``focus < 1`` — the
@@ -357,7 +382,7 @@ class ModuleSearch:
         return sorted(i for i in chosen if i >= start)
 
     def greedy(self, budget: int) -> None:
-        """Passes of single flips until one improves nothing (then ``cursor.phase = evolve``)."""
+        """Passes of single flips until one improves nothing (then ``cursor.phase = groups``)."""
         cur = self.record["cursor"]
         while self.record["compiles"] < budget and cur["phase"] == "greedy":
             queue = self.focus_positions(cur["position"])
@@ -365,7 +390,7 @@ class ModuleSearch:
                 if cur["pass_improved"]:
                     cur.update(pass_=cur["pass_"] + 1, position=0, pass_improved=False)
                 else:
-                    cur.update(phase="evolve", stale=0)
+                    cur.update(phase="groups" if self.task.groups else "evolve", stale=0)
                 continue
             i = queue[0]
             actions = self.best["actions"].copy()
@@ -376,6 +401,62 @@ class ModuleSearch:
             self.best["examined"][i] = 1  # both answers tried here (the new best keeps decisions ≤ i)
             cur["position"] = i + 1
             self.checkpoint()
+
+    def group_queue(self) -> list[str]:
+        """The subjects (callees) the group move has still to try on the best trajectory: those with at
+        least two decisions answered "no" — one is a single flip, which the greedy passes tried — in the
+        order of their first such decision."""
+        subjects, actions = self.best.get("subjects"), self.best["actions"]
+        if subjects is None:
+            return []
+        tried, counts, order = set(self.record["cursor"].get("groups_tried", [])), {}, []
+        for name, action in zip(subjects, actions.tolist(), strict=True):
+            if action == 0 and name and name not in tried:
+                counts[name] = counts.get(name, 0) + 1
+                if counts[name] == 1:
+                    order.append(name)
+        return [name for name in order if counts[name] >= 2]
+
+    def groups(self, budget: int) -> None:
+        """Multi-flip moves, one callee at a time: answer "yes" at *every* call of it, then evolution.
+
+        What no single flip finds: a function is only deleted when its last call is inlined, so taking
+        one call alone adds a copy, while taking all of them can remove the original. A call's index
+        moves once a flip before it inlines new call sites, so the calls are taken one compile at a
+        time — the best's prefix, "yes" at the callee's first remaining "no", the base policy after,
+        whose record names the next — and only the last compile, with no call of it left un-inlined
+        (or after ``MAX_GROUP_STEPS``), is a candidate. Needs decision subjects (``Problem.decision_subject``)."""
+        cur, rec = self.record["cursor"], self.record
+        cur.setdefault("groups_tried", [])
+        while rec["compiles"] < budget and cur["phase"] == "groups":
+            queue = self.group_queue()
+            if not queue:
+                cur.update(phase="evolve", stale=0)
+                break
+            name = queue[0]
+            self.take_every_call(name, budget)
+            cur["groups_tried"].append(name)
+            self.checkpoint()
+
+    def take_every_call(self, name: str, budget: int) -> bool:
+        """Answer "yes" at every call of ``name`` (see :meth:`groups`); accept the result if smaller."""
+        actions, subjects = self.best["actions"], self.best["subjects"]
+        first, start, out = None, 0, None
+        for _ in range(MAX_GROUP_STEPS):
+            pending = [i for i in range(start, len(actions)) if subjects[i] == name and actions[i] == 0]
+            if not pending or self.record["compiles"] >= budget:
+                break
+            i = pending[0]
+            first = i if first is None else first
+            candidate = actions.copy()
+            candidate[i] = 1
+            out = self.compile(candidate, i + 1, features=True)
+            if out is None or out.subjects is None:
+                return False
+            actions, subjects, start = out.actions, out.subjects, i + 1
+        if out is None or first is None or out.text_bytes >= self.record["best"]["text_bytes"]:
+            return False
+        return self.accept(out, f"group:{name}", first)
 
     def evolve(self, budget: int) -> None:
         """(1+1)-EA over the best's actions until ``patience`` compiles bring nothing (``converged``)."""
@@ -477,6 +558,7 @@ def search_module(task: ModuleTask) -> dict[str, Any]:
             return summary_row(rec)
         rec["budget"], rec["status"] = task.budget, "running"
         search.greedy(task.budget)
+        search.groups(task.budget)
         if task.evolve:
             search.evolve(task.budget)
         elif rec["cursor"]["phase"] == "evolve":
@@ -541,9 +623,7 @@ def restore_best(search: ModuleSearch) -> bool:
         rec.update(status="failed", detail=f"the stored best did not reproduce ({out.status})")
         search.save()
         return False
-    search.best = {"actions": out.actions, "heuristic": out.heuristic, "log_probs": out.log_probs,
-                   "features": out.features, "digest": out.digest,
-                   "examined": _stored_examined(rec, len(out.actions))}  # fmt: skip
+    search.best = best_of(out, _stored_examined(rec, len(out.actions)))
     search.save(states=True)
     return True
 
@@ -584,15 +664,19 @@ def start_search(
     rec["best"] = {"text_bytes": out.text_bytes, "dottext_bytes": out.dottext_bytes, "digest": out.digest,
                    "decisions": len(out.actions), "deviations": int((out.actions != out.heuristic).sum()),
                    "actions": _bits(out.actions), "examined": _bits(np.zeros(len(out.actions), np.int8))}  # fmt: skip
-    best = {"actions": out.actions, "heuristic": out.heuristic, "log_probs": out.log_probs,
-            "features": out.features, "examined": np.zeros(len(out.actions), np.int8),
-            "digest": out.digest}  # fmt: skip
+    best = best_of(out, np.zeros(len(out.actions), np.int8))
     if len(out.actions):  # a skipped module keeps its start trajectory too: imitation may learn it as is
         write_states(stem.with_suffix(".parquet"), best)
     if len(out.actions) < task.min_decisions:
         rec["status"] = "skipped"
     atomic_write_bytes(stem.with_suffix(".json"), json.dumps(rec, indent=1).encode())
     return summary_row(rec) if rec["status"] == "skipped" else None
+
+
+def best_of(out: Outcome, examined: np.ndarray) -> dict[str, Any]:
+    """A module's best trajectory in memory, from the verified compile that recorded it."""
+    return {"actions": out.actions, "heuristic": out.heuristic, "log_probs": out.log_probs,
+            "features": out.features, "subjects": out.subjects, "examined": examined, "digest": out.digest}  # fmt: skip
 
 
 def write_states(path: Path, best: dict[str, Any]) -> None:
@@ -606,6 +690,8 @@ def write_states(path: Path, best: dict[str, Any]) -> None:
     lp = best.get("log_probs")
     columns["log_prob"] = np.asarray(lp, dtype=np.float32) if lp is not None else np.full(n, np.nan, np.float32)
     columns["examined"] = np.asarray(best["examined"], dtype=bool)
+    if best.get("subjects") is not None:
+        columns["subject"] = pa.array(best["subjects"], pa.string())  # the callee, for multi-flip moves
     table = pa.table(columns).replace_schema_metadata(
         {"digest": best["digest"], "features": json.dumps(list(features)), "format_version": str(SEARCH_FORMAT_VERSION)}
     )
@@ -774,7 +860,7 @@ def search(cfg: SearchConfig, *, progress: bool = True, say: Callable[[str], Any
     sources = portable_modules(modules, cfg.workers)  # under Ray: by content, with a trained start policy's files
     shipped = portable_policy(start, cfg.workers)
     tasks = [ModuleTask(source, m.name, str(record_stem(root, m.name)), cfg.problem, shipped, cfg.budget,
-                        cfg.min_decisions, cfg.focus, cfg.patience, cfg.evolve, cfg.seed, cfg.timeout)
+                        cfg.min_decisions, cfg.focus, cfg.patience, cfg.evolve, cfg.seed, cfg.timeout, cfg.groups)
              for m, source in zip(modules, sources, strict=True)]  # fmt: skip
     detached = ray_backend_address(cfg.workers) is not None  # records travel to and from the workers
     rows: list[dict[str, Any]] = []
