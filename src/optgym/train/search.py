@@ -435,7 +435,8 @@ class ModuleSearch:
                 break
             name = queue[0]
             self.take_every_call(name, budget)
-            cur["groups_tried"].append(name)
+            if rec["compiles"] < budget:  # cut short by the budget: a larger one tries it again
+                cur["groups_tried"].append(name)
             self.checkpoint()
 
     def take_every_call(self, name: str, budget: int) -> bool:
