@@ -363,8 +363,8 @@ def search_command(
     timeout: Timeout = 120.0,
 ) -> None:
     """Per module, decision sequences smaller than the heuristic's: greedy single flips, every call of one
-    callee, then evolution;
-    every improvement verified byte-exact by a fresh compile. Resumable; see optgym.train.search."""
+    callee, then evolution; every improvement verified byte-exact by a fresh compile. Resumable; see
+    optgym.train.search."""
     from optgym.errors import OptgymError
     from optgym.train.search import SearchConfig, search, summary_table
 

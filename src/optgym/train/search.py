@@ -440,7 +440,8 @@ class ModuleSearch:
             self.checkpoint()
 
     def take_every_call(self, name: str, budget: int) -> bool:
-        """Answer "yes" at every call of ``name`` (see :meth:`groups`); accept the result if smaller."""
+        """Answer "yes" at every call of ``name`` (see :meth:`groups`); accept the result if smaller.
+        Calls before the last step's are settled: the prefix replays, and each step took the first "no"."""
         actions, subjects = self.best["actions"], self.best["subjects"]
         first, start, out = None, 0, None
         for _ in range(MAX_GROUP_STEPS):
