@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real CMake project from the training list, built four ways at -Oz: build time, linked code size, its tests.
+"""A real CMake project from the training list, built 4 (or 5) ways at -Oz: build time, linked code size, tests.
 
 Release mode's promise is that a policy can be dropped into anybody's build; this measures what that
 costs and checks that it changes nothing but code size. The project (graphite2 by default, or cmark)
@@ -22,6 +22,8 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
                 is measured); if that is impossible the variant runs ``never`` and says so. It runs
                 with ``OPTGYM_STRICT=1``: a fallback to clang's heuristic would fail the build instead of
                 quietly timing something else.
+(5) guarded     with ``--guard``: (4) plus ``OPTGYM_GUARD=1``, clang's own compile beside every policy
+                compile and the smaller object kept — what never growing an object costs in time.
 
 Each round cleans and rebuilds every variant, the variants' order rotated from round to round so a
 noisy moment hits them alike; the table shows the median wall time of the rounds and the ratio to
@@ -71,7 +73,6 @@ from optgym.toolchain.llvm import Toolchain, find_toolchain
 
 TARGET = 1.05
 PROJECTS = ("graphite2", "cmark")
-VARIANTS = ("plain", "c_host", "heuristic", "policy")
 BIN = Path(sys.executable).parent
 DEFAULT_WORK = Path(os.environ.get("OPTGYM_CACHE_DIR", Path.home() / ".cache" / "optgym")) / "bench-build"
 
@@ -420,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", choices=PROJECTS, default="graphite2", help="Debian source package to build")
     parser.add_argument("--policy", help="the trained policy (ONNX file, run or policy dir, or a spec such as never)")
     parser.add_argument("--corpus", type=Path, help="train the quick policy on this corpus, not the demo one")
+    parser.add_argument(
+        "--guard",
+        action="store_true",
+        help="a fifth variant: the policy with OPTGYM_GUARD=1 (clang's own compile beside it)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timed clean rebuilds per variant (default 3)")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel compiles")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORK, help=f"sources, builds, logs ({DEFAULT_WORK})")
@@ -455,21 +461,26 @@ def main(argv: list[str] | None = None) -> int:
         "policy": Variant("policy", f"(4) optgym-c++, {policy_label}", str(BIN / "optgym-cc"),
                           str(BIN / "optgym-c++"), {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1"}),
     }  # fmt: skip
-    builds = {n: work / "builds" / args.project / n for n in VARIANTS}
+    if args.guard:
+        variants["guarded"] = Variant("guarded", f"(5) optgym-c++, {policy_label}, OPTGYM_GUARD=1",
+                                      str(BIN / "optgym-cc"), str(BIN / "optgym-c++"),
+                                      {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1", "OPTGYM_GUARD": "1"})  # fmt: skip
+    names = tuple(variants)
+    builds = {n: work / "builds" / args.project / n for n in names}
     try:
         for n, v in variants.items():
             configure(v, src, builds[n], work)
         wall, _, _ = timed_build(variants["plain"], builds["plain"], work, args.jobs, "warmup")
         say(console, f"[dim]warm-up build (plain, untimed): {wall:.1f} s[/]")
         for r in range(args.repeat):
-            order = VARIANTS[r % 4 :] + VARIANTS[: r % 4]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for n in order:
                 wall, cpu, server_own = timed_build(variants[n], builds[n], work, args.jobs, f"round{r}")
                 variants[n].walls.append(wall)
                 variants[n].cpus.append(cpu)
                 variants[n].server_cpus.append(server_own)
             say(console, "[dim]round " + f"{r + 1}/{args.repeat}: " + ", ".join(
-                f"{n} {variants[n].walls[-1]:.1f} s" for n in VARIANTS) + "[/]")  # fmt: skip
+                f"{n} {variants[n].walls[-1]:.1f} s" for n in names) + "[/]")  # fmt: skip
     except BenchError as e:
         say(console, f"[bold red]error:[/] {e}")
         return 1

@@ -27,6 +27,8 @@ def test_never_inline_is_worse_on_cxx(corpus):
     assert rows["zoo"].policy_text > rows["zoo"].heuristic_text
     assert rows["zoo"].decisions_differing > 0
     assert rows["leaf"].ratio == 1.0  # no call site: nothing to decide
+    s = summarize(list(rows.values()))
+    assert s["total_ratio"] > 1.0 and s["guarded_ratio"] == 1.0  # the guard keeps clang's object wherever never loses
 
 
 def test_report_is_deterministic_apart_from_timing(corpus, tmp_path):

@@ -30,7 +30,7 @@ from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.threshold import summary_figures
 
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
-           "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes")  # fmt: skip
+           "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio")  # fmt: skip
 
 
 def by_language(rows: list, corpus: Corpus) -> dict[str, dict]:
@@ -92,7 +92,8 @@ def main() -> int:
             continue
         print(
             f"held-out {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
-            f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse"
+            f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
+            f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}"
         )
     print(f"provenance → {PRETRAINED_PROVENANCE}")
     return 0

@@ -145,6 +145,8 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
         "policy_dottext_bytes": pd,
         "never_inline_text_bytes": total("never_text"),
         "total_ratio": p / h if h else None,
+        # what a build with OPTGYM_GUARD=1 gets: per module the smaller of the policy's object and clang's
+        "guarded_ratio": sum(min(r.policy_text, r.heuristic_text) for r in ok) / h if h else None,  # type: ignore[type-var]
         "dottext_ratio": pd / hd if hd else None,
         "geomean_ratio": math.exp(sum(logs) / len(logs)) if logs else None,
         "decisions": total("decisions"),

@@ -65,6 +65,7 @@ def _markdown(report: dict[str, Any], rows: Sequence[ModuleRow], plots: list[str
         f"| .text (bytes) | {report['heuristic_dottext_bytes']} | {report['policy_dottext_bytes']} "
         f"| {_fmt(report['dottext_ratio'])} |",
         f"| never inline (bytes) | | {report['never_inline_text_bytes']} | |",
+        f"| guarded (`OPTGYM_GUARD=1`: the smaller object per module) | | | {_fmt(report['guarded_ratio'])} |",
         "",
         f"Modules: {report['modules']} — improved {report['improved']}, regressed {report['regressed']} "
         f"({report['regressed_over_1pct']} by more than 1 %), same {report['same']}, failed {report['failed']}. "

@@ -21,6 +21,9 @@ compiler version differ from the ones it was trained with) every decision gets c
 the reply says ``fallback`` and the launcher reruns the compile without optgym. Either way the
 launcher prints one warning line (or fails under ``OPTGYM_STRICT=1``).
 
+With ``OPTGYM_GUARD=1`` in the build's environment, clang's plain compile runs beside the policy's and
+the smaller object is kept (:mod:`optgym.serve.guard`).
+
 A launcher that disappears (the build was interrupted) has its compile killed at once; the server
 exits after ``--idle`` seconds without a connection.
 """
@@ -43,6 +46,7 @@ from optgym.policies import resolve_policy
 from optgym.problems import FeatureView, Problem, get_problem
 from optgym.protocol import Header
 from optgym.rollout.rollout import DecisionPoint
+from optgym.serve.guard import Guard
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language
 from optgym.toolchain.llvm import find_toolchain, parse_version
@@ -152,21 +156,28 @@ class Server:
                 os.close(fd)
             return {"fallback": True, "warning": "malformed request from the launcher"}
         problem, flags = self.problem, self.problem.compile_flags()
+        timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
         compile_ = InteractiveCompile(
             lambda base: [*argv, *flags, *problem.channel_flags(base)],
-            timeout=float(request.get("timeout", DEFAULT_TIMEOUT)),
+            timeout=timeout,
             stdout=stdout_fd,
             stderr=stderr_fd,
             cwd=cwd,
             env=env,
         )
+        guard = Guard.start(argv, cwd, env) if env.get("OPTGYM_GUARD") == "1" else None
         try:
             threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
-            return self._drive(compile_, driver_language(argv))
+            reply = self._drive(compile_, driver_language(argv))
+            if guard is not None and not reply.get("fallback"):
+                reply |= guard.finish(reply["returncode"], timeout)
+            return reply
         except Exception as e:  # a policy bug must never break the build: the launcher reruns plainly
             return {"fallback": True, "warning": f"policy {self.policy_spec} failed: {type(e).__name__}: {e}"}
         finally:
             compile_.close()
+            if guard is not None:
+                guard.close()
             os.close(stdout_fd)
             os.close(stderr_fd)
 
