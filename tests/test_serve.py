@@ -16,6 +16,7 @@ from optgym.policies.mlp import MLPPolicy
 from optgym.problems.inputs import CXX_INPUT, RESIDUAL_EXTRAS
 from optgym.problems.normalize import Vocab
 from optgym.rollout.rollout import DecisionPoint
+from optgym.serve.guard import Guard
 from optgym.serve.server import Server, _memoizable
 from optgym.toolchain import object_sizes
 from optgym.toolchain.interactive import InteractiveCompile
@@ -278,6 +279,29 @@ def test_guard_keeps_the_smaller_of_the_policys_object_and_clangs(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["never.o", "never.d", "guarded.o", "guarded.d", "fanout.o", "fanout.d", "plain.o"]
     )
+
+
+def test_guard_compiles_clangs_object_only_where_the_policy_departs_from_it(tmp_path):
+    """A compile whose every answer is clang's own is clang's object already: the shipped policy leaves C to
+    clang, so a guarded C compile runs no reference; never-inline departs, and clang's object wins."""
+    (tmp_path / "x.c").write_text(LIB_C + "int main(void) { return apply(twice, 3); }\n")
+    clang = "/usr/lib/llvm-22/bin/clang"
+    assert run([clang, "-Oz", "-c", "x.c", "-o", "plain.o"], tmp_path).returncode == 0
+    for spec, kept in (("pretrained", "policy"), ("heuristic", "policy"), ("never", "clang")):
+        server = Server(spec)
+        argv = [clang, "-Oz", "-c", "x.c", "-o", f"{spec}.o"]
+        flags = [*argv, *server.problem.compile_flags()]
+        guard = Guard(argv, str(tmp_path), dict(os.environ))
+        with InteractiveCompile(
+            lambda base, f=flags, s=server: [*f, *s.problem.channel_flags(base)], cwd=tmp_path
+        ) as c:
+            reply = server._drive(c, "c", guard)
+        reply |= guard.finish(reply["returncode"], 60)
+        guard.close()
+        assert reply["returncode"] == 0 and reply["decisions"] > 0 and reply["guard"] == kept, reply
+        assert (guard.proc is None) == (spec != "never"), spec
+        assert (tmp_path / f"{spec}.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heuristic.o", "never.o", "plain.o", "pretrained.o", "x.c"]
 
 
 def test_guard_leaves_no_file_when_the_compile_fails(tmp_path):

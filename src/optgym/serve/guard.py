@@ -6,6 +6,8 @@ object instead: beside the policy's compile the server runs clang's plain compil
 into a hidden sibling of the output, compares the two objects' Berkeley ``text`` (the size the policy
 was trained on), and keeps the smaller. Every object of the build is then at most clang's, and the
 build's total is the per-module minimum of policy and clang: where the policy loses nothing is lost.
+The reference starts at the policy's first answer that differs from clang's: a compile without one is
+clang's own already.
 
 Why the policy's compile keeps the build's own command line and the reference is the one redirected:
 everything the build reads besides the object — dependency files (``-MD``), diagnostics, ``-v`` output
@@ -25,7 +27,6 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from optgym.toolchain.process import kill_group, spawn, wait_exit
@@ -91,43 +92,50 @@ def reference_args(args: Sequence[str], output: str) -> list[str]:
     return [*kept, "-o", output]
 
 
-@dataclass
 class Guard:
-    """The reference compile of one guarded request, from start to the choice of object."""
+    """The reference compile of one guarded request: started at the policy's first departure from clang's
+    decisions, then the choice of object.
 
-    output: str
-    reference: str  # the hidden sibling of ``output`` the reference compile writes
-    proc: subprocess.Popen | None = None
+    A compile in which the policy answered every decision as clang would is byte-identical to clang's own
+    (the channel changes nothing else), so it needs no reference: only compiles where the policy decided
+    differently pay the second compile — for the shipped policy, no C compile at all.
+    """
 
-    @classmethod
-    def start(cls, argv: Sequence[str], cwd: str, env: dict[str, str]) -> Guard | None:
-        """Spawn clang's plain compile of ``argv`` (driver first) beside the policy's; ``None`` when this
-        compile is unguardable or its output directory takes no file (clang will say why, not us)."""
-        args = list(argv[1:])
-        if unguardable(args):
-            return None
-        output = output_path(args, cwd)
+    def __init__(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> None:
+        """Nothing runs yet; ``argv`` is the build's command, driver first."""
+        self.argv, self.cwd, self.env = list(argv), cwd, env
+        self.args = self.argv[1:]
+        self.output = output_path(self.args, cwd)
+        self.why_not = unguardable(self.args)
+        self.reference: str | None = None  # the hidden sibling of ``output`` the reference compile writes
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Spawn clang's plain compile beside the policy's (once). Not at all for an unguardable command, or
+        when the output's directory takes no file (clang will say why, not us)."""
+        if self.why_not is not None or self.reference is not None:
+            return
         try:
-            fd, reference = tempfile.mkstemp(
-                dir=os.path.dirname(output), prefix=f".{os.path.basename(output)}.", suffix=".optgym-guard"
+            fd, self.reference = tempfile.mkstemp(
+                dir=os.path.dirname(self.output), prefix=f".{os.path.basename(self.output)}.", suffix=".optgym-guard"
             )
-        except OSError:
-            return None
+        except OSError as e:
+            self.why_not = f"no temporary file beside the output: {e}"
+            return
         os.close(fd)
-        guard = cls(output, reference)
         try:
-            guard.proc = spawn([argv[0], *reference_args(args, reference)], stderr=subprocess.DEVNULL,
-                               cwd=cwd, env=env)  # fmt: skip
-        except OSError:
-            guard.close()
-            return None
-        return guard
+            self.proc = spawn([self.argv[0], *reference_args(self.args, self.reference)],
+                              stderr=subprocess.DEVNULL, cwd=self.cwd, env=self.env)  # fmt: skip
+        except OSError as e:
+            self.why_not = f"clang's own compile did not start: {e}"
 
     def finish(self, policy_returncode: int | None, timeout: float) -> dict[str, Any]:
         """Wait for the reference and keep the smaller object (the policy's on a tie or a failed reference);
         what was kept, for the reply."""
-        if policy_returncode != 0 or self.proc is None:
+        if policy_returncode != 0:
             return {}
+        if self.proc is None:
+            return {"guard": "policy", "guard_detail": self.why_not or "every decision was clang's own"}
         if wait_exit(self.proc, timeout) != 0:
             return {"guard": "policy", "guard_detail": "clang's own compile failed or timed out"}
         try:
@@ -143,5 +151,6 @@ class Guard:
         """Kill the reference if it still runs and remove its file: safe on every path, twice too."""
         if self.proc is not None:
             kill_group(self.proc)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.reference)
+        if self.reference is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.reference)

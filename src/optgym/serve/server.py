@@ -21,8 +21,9 @@ compiler version differ from the ones it was trained with) every decision gets c
 the reply says ``fallback`` and the launcher reruns the compile without optgym. Either way the
 launcher prints one warning line (or fails under ``OPTGYM_STRICT=1``).
 
-With ``OPTGYM_GUARD=1`` in the build's environment, clang's plain compile runs beside the policy's and
-the smaller object is kept (:mod:`optgym.serve.guard`).
+With ``OPTGYM_GUARD=1`` in the build's environment, clang's plain compile runs beside the policy's —
+from the policy's first answer that is not clang's own — and the smaller object is kept
+(:mod:`optgym.serve.guard`).
 
 A launcher that disappears (the build was interrupted) has its compile killed at once; the server
 exits after ``--idle`` seconds without a connection.
@@ -165,10 +166,10 @@ class Server:
             cwd=cwd,
             env=env,
         )
-        guard = Guard.start(argv, cwd, env) if env.get("OPTGYM_GUARD") == "1" else None
+        guard = Guard(argv, cwd, env) if env.get("OPTGYM_GUARD") == "1" else None
         try:
             threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
-            reply = self._drive(compile_, driver_language(argv))
+            reply = self._drive(compile_, driver_language(argv), guard)
             if guard is not None and not reply.get("fallback"):
                 reply |= guard.finish(reply["returncode"], timeout)
             return reply
@@ -190,7 +191,9 @@ class Server:
             cached = self._views = (header, view, _fits(self.policy, self.problem, header, self.toolchain.version))
         return cached[1], cached[2]
 
-    def _drive(self, compile_: InteractiveCompile, compile_language: str) -> dict[str, Any]:
+    def _drive(self, compile_: InteractiveCompile, compile_language: str, guard: Guard | None = None) -> dict[str, Any]:
+        """Answer every decision of ``compile_``; ``guard``'s reference compile starts at the first answer
+        that is not clang's own."""
         header = compile_.start()
         warning = None
         if header is not None:
@@ -227,6 +230,9 @@ class Server:
                     advice = encoded[action] = problem.encode_action(header, action)
                 answer(advice)
                 index += 1
+                if guard is not None and action != heuristic:
+                    guard.start()
+                    guard = None  # started once: the rest of the loop checks nothing more
         outcome = compile_.finish()
         if outcome.status in ("timeout", "protocol_error", "aborted"):
             return {"fallback": True, "warning": f"served compile ended with {outcome.status}: {outcome.detail}"}
