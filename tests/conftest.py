@@ -100,6 +100,16 @@ int main(int argc, char **argv) {
 
 EMPTY_C_SOURCE = "int answer(void) { return 42; }\n"
 
+#: Three calls of one static function, each with a constant that folds its branch away: no single inline
+#: pays (the function stays for the other calls), inlining all three deletes it (clang-22 -Oz: 177 → 148 B).
+FANOUT_SOURCE = r"""
+extern void sink(int, int, int);
+static void emit(int a, int b) { if (a > 0) sink(a, b, 1); else sink(b, a, 2); }
+void f(int x) { emit(1, x); }
+void g(int x) { emit(-1, x); }
+void h(int x) { emit(5, x); }
+"""
+
 
 @pytest.fixture(scope="session")
 def toolchain():

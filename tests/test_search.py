@@ -177,20 +177,9 @@ def test_focus_without_a_scoring_policy_tries_the_smallest_cost_margins_first(co
     assert margin[examined[0]] <= np.quantile(margin, 0.05) < np.median(margin)
 
 
-#: Three calls of one static function, each with a constant that folds its branch away: no single inline
-#: pays (the function stays for the other calls), inlining all three deletes it (clang-22 -Oz: 177 → 148 B).
-FANOUT_SOURCE = r"""
-extern void sink(int, int, int);
-static void emit(int a, int b) { if (a > 0) sink(a, b, 1); else sink(b, a, 2); }
-void f(int x) { emit(1, x); }
-void g(int x) { emit(-1, x); }
-void h(int x) { emit(5, x); }
-"""
-
-
 @pytest.fixture(scope="module")
 def fanout_corpus(toolchain, tmp_path_factory):
-    from conftest import _corpus
+    from conftest import FANOUT_SOURCE, _corpus
 
     return _corpus(toolchain, tmp_path_factory.mktemp("fanout"), {"fanout": (".c", FANOUT_SOURCE)}).root
 
