@@ -5,6 +5,7 @@
 # this is the figure a user sees.
 #
 #   apt-get source uchardet woff2 && bench/heldout_linked.sh woff2-1.0.2 [WORKDIR]
+#   OPTGYM_GUARD=1 bench/heldout_linked.sh …  builds the optgym side guarded (clang's object kept where smaller)
 set -euo pipefail
 src=$(realpath "$1"); work=${2:-$PWD}; name=$(basename "$src"); mkdir -p "$work"
 bin=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../.venv/bin
