@@ -215,6 +215,9 @@ def _running(pid: int) -> bool:
 HOST = """
 import faulthandler, signal, sys, time, optgym
 faulthandler.register(signal.SIGUSR1)  # the test asks for a stack dump if the host hangs
+# Ctrl-C as an interactive Python takes it, whatever was inherited: a test run started in the background
+# by a non-interactive shell (`make test &`) hands its children SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 env = optgym.make("inline-size", corpus=sys.argv[1])
 obs, info = env.reset(options={"module": "zoo"})
 for _ in range(3):
