@@ -320,3 +320,19 @@ def test_guard_reference_writes_only_its_object(args, reference, why):
     if reference is not None:
         assert reference_args(args, "/o/.a.o.x") == [*reference, "-o", "/o/.a.o.x"]
         assert output_path(args, "/w") == "/w/a.o"
+
+
+def test_guard_closed_mid_compile_kills_clangs_compile_and_removes_its_file(tmp_path):
+    """What the server does when the launcher goes away or the policy's compile fails first."""
+    from conftest import CXX_SOURCE  # iostream and friends: a compile that takes most of a second
+
+    (tmp_path / "zoo.cpp").write_text(CXX_SOURCE)
+    argv = ["/usr/lib/llvm-22/bin/clang++", "-Oz", "-c", "zoo.cpp", "-o", "zoo.o"]
+    guard = Guard(argv, str(tmp_path), dict(os.environ))
+    guard.start()
+    assert guard.proc is not None and guard.proc.poll() is None, "clang's compile runs"
+    assert guard.reference is not None and Path(guard.reference).parent == tmp_path
+    guard.close()
+    assert guard.proc.returncode is not None and not psutil.pid_exists(guard.proc.pid)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo.cpp"]
+    guard.close()  # twice is fine
