@@ -81,15 +81,29 @@ def served(args: list[str], levels: tuple[str, ...]) -> bool:
     opt = [a for a in args if a.startswith("-O")]
     if not opt or opt[-1][2:] not in levels:
         return False
-    inputs, skip = [], False
+    inputs, _ = operands(args)
+    return len(inputs) == 1 and inputs[0].endswith(SOURCE_SUFFIXES)
+
+
+def joined_output(arg: str) -> str | None:
+    """FILE of ``-oFILE`` (``-o`` joined to its value; not ``-objcmt-…`` and the like), else ``None``."""
+    return arg[2:] if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("-obj") else None
+
+
+def operands(args: list[str]) -> tuple[list[str], str | None]:
+    """The input files of a driver command line and its output (the last ``-o FILE`` or ``-oFILE``, else
+    ``None``): what a served compile reads and writes."""
+    inputs, output, option = [], None, None
     for arg in args:
-        if skip:
-            skip = False
+        if option is not None:
+            output, option = (arg if option == "-o" else output), None
         elif arg in TAKES_VALUE:
-            skip = True
+            option = arg
+        elif joined := joined_output(arg):
+            output = joined
         elif not arg.startswith("-"):
             inputs.append(arg)
-    return len(inputs) == 1 and inputs[0].endswith(SOURCE_SUFFIXES)
+    return inputs, output
 
 
 def _runtime_root() -> str:

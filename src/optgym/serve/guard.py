@@ -31,7 +31,7 @@ from typing import Any
 
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 from optgym.toolchain.sizes import ElfError, object_sizes
-from optgym_cc import TAKES_VALUE
+from optgym_cc import joined_output, operands
 
 #: Dependency-file options, dropped from the reference so it writes nothing but its object.
 DEPENDENCY_FLAGS = frozenset(["-MD", "-MMD", "-MP", "-MG", "-MV"])
@@ -41,28 +41,12 @@ UNGUARDABLE = ("-gsplit-dwarf", "-save-temps", "-ftime-trace", "-frecord-command
                "-frecord-gcc-switches", "-grecord-gcc-switches")  # fmt: skip
 
 
-def _joined_output(arg: str) -> bool:
-    """``-ofile`` (``-o`` joined to its value; not ``-objcmt-…`` and the like)."""
-    return arg.startswith("-o") and len(arg) > 2 and not arg.startswith("-obj")
-
-
 def output_path(args: Sequence[str], cwd: str) -> str:
     """The object a ``-c`` compile writes: the last ``-o``, else the source's basename with ``.o`` in ``cwd``
     (clang's rule). ``args`` excludes the driver; the caller has checked it is one source to one object."""
-    output, source, takes_value = None, None, False
-    for i, arg in enumerate(args):
-        if takes_value:
-            takes_value = False
-            if args[i - 1] == "-o":
-                output = arg
-        elif arg in TAKES_VALUE:
-            takes_value = True
-        elif _joined_output(arg):
-            output = arg[2:]
-        elif not arg.startswith("-"):
-            source = arg
+    inputs, output = operands(list(args))
     if output is None:
-        output = os.path.splitext(os.path.basename(source or "a"))[0] + ".o"
+        output = os.path.splitext(os.path.basename(inputs[0] if inputs else "a"))[0] + ".o"
     return os.path.join(cwd, output)
 
 
@@ -85,7 +69,7 @@ def reference_args(args: Sequence[str], output: str) -> list[str]:
             skip = False
         elif arg == "-o" or arg in DEPENDENCY_WITH_VALUE:
             skip = True
-        elif arg in DEPENDENCY_FLAGS or _joined_output(arg) or arg.startswith(("-Wp,", "-MF", "-MT", "-MQ", "-MJ")):
+        elif arg in DEPENDENCY_FLAGS or joined_output(arg) or arg.startswith(("-Wp,", "-MF", "-MT", "-MQ", "-MJ")):
             continue
         else:
             kept.append(arg)
