@@ -260,3 +260,35 @@ def test_compiler_never_outlives_its_host(corpus_dir, sig, tmp_path):
     finally:
         host.kill()
         host.wait()
+
+
+def test_channel_drives_a_distributed_thinlto_backend(toolchain, tmp_path):
+    """C's next lever is cross-module (README): in distributed ThinLTO every backend is an ordinary clang
+    compile (``-x ir M.o -fthinlto-index=M.o.thinlto.bc``), so the channel reaches its decisions — including
+    calls of functions imported from the other module — and clang's own answers reproduce it byte for byte."""
+    (tmp_path / "lib.c").write_text("int scale(int x) { return 3 * x + 1; }\nint twice(int x) { return 2 * scale(x); }")
+    (tmp_path / "main.c").write_text("int twice(int);\nint main(int argc, char **argv) { return twice(argc); }\n")
+    clang = str(toolchain.clang)
+
+    def ok(*argv: str) -> None:
+        out = subprocess.run([clang, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+
+    for name in ("lib", "main"):
+        ok("-Oz", "-flto=thin", "-c", f"{name}.c", "-o", f"{name}.o")
+    ok("-flto=thin", "-fuse-ld=lld", "lib.o", "main.o", "-Wl,--thinlto-index-only", "-o", "index-only")
+    backend = ["-Oz", "-x", "ir", "main.o", "-fthinlto-index=main.o.thinlto.bc", "-c"]
+    ok(*backend, "-o", "plain.o")
+    problem = get_problem("inline-size")
+    argv = [clang, *backend, "-o", "served.o", *problem.compile_flags()]
+    imported = []
+    with InteractiveCompile(lambda base: [*argv, *problem.channel_flags(base)], cwd=tmp_path) as compile_:
+        header = compile_.start()
+        assert header is not None, compile_.outcome
+        view = problem.view(header)
+        while (obs := compile_.next_observation()) is not None:
+            imported.append(int(obs.as_dict()["is_callee_avail_external"].reshape(-1)[0]))
+            compile_.answer(problem.encode_action(header, problem.heuristic_action(view, obs)))
+        assert compile_.finish().ok
+    assert 1 in imported, f"no decision about an imported callee: {imported}"
+    assert (tmp_path / "served.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
