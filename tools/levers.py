@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Levers beyond inlining: how much does each of clang's own alternatives to one ``-Oz`` choice move size?
+
+    .venv/bin/python tools/levers.py CORPUS [--split train] [--language C] [--modules 200] [--seed 11] [-j 2]
+
+Why: the C half of issue 7 (≤ 0.99 of ``-Oz``) is out of reach of per-module inlining decisions (a
+per-module search finds 0.4 %), so the question is whether another decision clang makes at ``-Oz``
+could carry C further. Each module of a seeded random sample of one language is compiled with clang's
+own heuristic under each alternative (the machine outliner, the basic register allocator, the module
+inliner), and once with every inlining decision answered "no" over the interactive channel. Printed per
+alternative: the total against ``-Oz`` (Berkeley text and ``.text``), the modules it makes smaller, and
+the total when each module takes the better of it and ``-Oz`` — what a perfect per-module chooser
+would get; last, the smallest of all of them per module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from optgym.corpus import Corpus
+from optgym.parallel import run_tasks
+from optgym.policies import resolve_policy
+from optgym.problems import get_problem
+from optgym.rollout import rollout
+from optgym.toolchain import find_toolchain
+from optgym.toolchain.language import CXX_LANGUAGES
+
+#: name → (policy answering the inlining decisions, extra clang flags)
+ALTERNATIVES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "-Oz": ("heuristic", ()),
+    "machine outliner": ("heuristic", ("-mllvm", "-enable-machine-outliner=always")),
+    "basic register allocator": ("heuristic", ("-mllvm", "-regalloc=basic")),
+    "module inliner": ("heuristic", ("-mllvm", "-enable-module-inliner")),
+    "never inline": ("never", ()),
+}
+
+
+@dataclass(frozen=True)
+class LeverTask:
+    corpus: str
+    split: str | None
+    module: str
+    timeout: float
+    alternatives: tuple[str, ...] = tuple(ALTERNATIVES)  # "-Oz" always among them
+
+
+def compile_alternatives(task: LeverTask) -> dict[str, tuple[int, int] | None]:
+    """Worker: (Berkeley text, ``.text``) of one module under every alternative; ``None`` where it failed."""
+    module = Corpus(task.corpus, split=task.split).module(task.module)
+    problem, toolchain = get_problem("inline-size"), find_toolchain()
+    sizes: dict[str, tuple[int, int] | None] = {}
+    for name in task.alternatives:
+        policy, flags = ALTERNATIVES[name]
+        run = rollout(problem, module, toolchain, resolve_policy(policy).build(), timeout=task.timeout,
+                      extra_flags=flags)  # fmt: skip
+        metrics = run.result.metrics
+        sizes[name] = (metrics["text_bytes"], metrics["dottext_bytes"]) if run.result.ok else None
+    return sizes
+
+
+def table(rows: list[dict[str, tuple[int, int] | None]]) -> list[str]:
+    """The printed table over the modules every alternative compiled."""
+    ok = [r for r in rows if all(r.values())]
+    base = sum(r["-Oz"][0] for r in ok)  # type: ignore[index]
+    base_dot = sum(r["-Oz"][1] for r in ok)  # type: ignore[index]
+    lines = [f"{len(ok)} modules ({len(rows) - len(ok)} with a failed compile left out), {base} B Berkeley text at -Oz",
+             f"{'alternative':<26} {'total':>7} {'.text':>7} {'smaller':>8} {'better of it and -Oz':>21}"]  # fmt: skip
+    for name in [n for n in ALTERNATIVES if n != "-Oz" and n in ok[0]] if ok else []:
+        total = sum(r[name][0] for r in ok) / base  # type: ignore[index]
+        dot = sum(r[name][1] for r in ok) / base_dot  # type: ignore[index]
+        smaller = sum(r[name][0] < r["-Oz"][0] for r in ok)  # type: ignore[index]
+        best = sum(min(r[name][0], r["-Oz"][0]) for r in ok) / base  # type: ignore[index]
+        lines.append(f"{name:<26} {total:>7.4f} {dot:>7.4f} {smaller:>8} {best:>21.4f}")
+    smallest = sum(min(size[0] for size in r.values()) for r in ok) / base  # type: ignore[index]
+    lines.append(f"{'all, smallest per module':<26} {'':>7} {'':>7} {'':>8} {smallest:>21.4f}")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("--split", default="train", help="train | test | all")
+    parser.add_argument("--language", choices=("C++", "C"), default="C")
+    parser.add_argument("--modules", type=int, default=200, help="modules to compile (a seeded random sample)")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--only", action="append", choices=list(ALTERNATIVES)[1:], default=[],
+                        help="compile just these alternatives (repeatable; default: all)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per compile")
+    parser.add_argument("-j", "--workers", type=int, default=None)
+    args = parser.parse_args()
+
+    split = None if args.split == "all" else args.split
+    corpus = Corpus(args.corpus, split=split)
+    names = sorted(m.name for m in corpus if (m.language in CXX_LANGUAGES) == (args.language == "C++"))
+    if not names:
+        sys.exit(f"{args.corpus} has no {args.language} modules on the {args.split} side")
+    random.Random(args.seed).shuffle(names)
+    chosen = ("-Oz", *args.only) if args.only else tuple(ALTERNATIVES)
+    tasks = [LeverTask(str(args.corpus), split, name, args.timeout, chosen) for name in names[: args.modules]]
+    rows = [row for _, row in run_tasks(compile_alternatives, tasks, workers=args.workers, description="levers")]
+    print("\n".join(table(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
