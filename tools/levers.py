@@ -64,18 +64,19 @@ def compile_alternatives(task: LeverTask) -> dict[str, tuple[int, int] | None]:
 
 def table(rows: list[dict[str, tuple[int, int] | None]]) -> list[str]:
     """The printed table over the modules every alternative compiled."""
-    ok = [r for r in rows if all(r.values())]
-    base = sum(r["-Oz"][0] for r in ok)  # type: ignore[index]
-    base_dot = sum(r["-Oz"][1] for r in ok)  # type: ignore[index]
+    ok: list[dict[str, tuple[int, int]]] = [{k: v for k, v in r.items() if v} for r in rows if all(r.values())]
+    base, base_dot = sum(r["-Oz"][0] for r in ok), sum(r["-Oz"][1] for r in ok)
     lines = [f"{len(ok)} modules ({len(rows) - len(ok)} with a failed compile left out), {base} B Berkeley text at -Oz",
              f"{'alternative':<26} {'total':>7} {'.text':>7} {'smaller':>8} {'better of it and -Oz':>21}"]  # fmt: skip
-    for name in [n for n in ALTERNATIVES if n != "-Oz" and n in ok[0]] if ok else []:
-        total = sum(r[name][0] for r in ok) / base  # type: ignore[index]
-        dot = sum(r[name][1] for r in ok) / base_dot  # type: ignore[index]
-        smaller = sum(r[name][0] < r["-Oz"][0] for r in ok)  # type: ignore[index]
-        best = sum(min(r[name][0], r["-Oz"][0]) for r in ok) / base  # type: ignore[index]
+    if not ok:
+        return lines
+    for name in (n for n in ALTERNATIVES if n != "-Oz" and n in ok[0]):
+        total = sum(r[name][0] for r in ok) / base
+        dot = sum(r[name][1] for r in ok) / base_dot
+        smaller = sum(r[name][0] < r["-Oz"][0] for r in ok)
+        best = sum(min(r[name][0], r["-Oz"][0]) for r in ok) / base
         lines.append(f"{name:<26} {total:>7.4f} {dot:>7.4f} {smaller:>8} {best:>21.4f}")
-    smallest = sum(min(size[0] for size in r.values()) for r in ok) / base  # type: ignore[index]
+    smallest = sum(min(size[0] for size in r.values()) for r in ok) / base
     lines.append(f"{'all, smallest per module':<26} {'':>7} {'':>7} {'':>8} {smallest:>21.4f}")
     return lines
 

@@ -33,9 +33,10 @@ from optgym.toolchain.process import kill_group, spawn, wait_exit
 from optgym.toolchain.sizes import ElfError, object_sizes
 from optgym_cc import joined_output, operands
 
-#: Dependency-file options, dropped from the reference so it writes nothing but its object.
+#: Dependency-file options, dropped from the reference so it writes nothing but its object (those with a value
+#: also in their joined form, ``-MFfile``).
 DEPENDENCY_FLAGS = frozenset(["-MD", "-MMD", "-MP", "-MG", "-MV"])
-DEPENDENCY_WITH_VALUE = frozenset(["-MF", "-MT", "-MQ", "-MJ", "--serialize-diagnostics"])
+DEPENDENCY_WITH_VALUE = ("-MF", "-MT", "-MQ", "-MJ", "--serialize-diagnostics")
 #: Options (or prefixes) that tie another output to the object's name: such compiles go unguarded.
 UNGUARDABLE = ("-gsplit-dwarf", "-save-temps", "-ftime-trace", "-frecord-command-line", "-grecord-command-line",
                "-frecord-gcc-switches", "-grecord-gcc-switches")  # fmt: skip
@@ -69,7 +70,7 @@ def reference_args(args: Sequence[str], output: str) -> list[str]:
             skip = False
         elif arg == "-o" or arg in DEPENDENCY_WITH_VALUE:
             skip = True
-        elif arg in DEPENDENCY_FLAGS or joined_output(arg) or arg.startswith(("-Wp,", "-MF", "-MT", "-MQ", "-MJ")):
+        elif arg in DEPENDENCY_FLAGS or joined_output(arg) or arg.startswith(("-Wp,", *DEPENDENCY_WITH_VALUE)):
             continue
         else:
             kept.append(arg)
