@@ -16,6 +16,7 @@ would get; last, the smallest of all of them per module.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 from dataclasses import dataclass
@@ -35,6 +36,14 @@ ALTERNATIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "machine outliner": ("heuristic", ("-mllvm", "-enable-machine-outliner=always")),
     "basic register allocator": ("heuristic", ("-mllvm", "-regalloc=basic")),
     "module inliner": ("heuristic", ("-mllvm", "-enable-module-inliner")),
+    "IR outliner": ("heuristic", ("-mllvm", "-ir-outliner")),
+    "GVN sinking": ("heuristic", ("-mllvm", "-enable-gvn-sink")),
+    "GVN hoisting": ("heuristic", ("-mllvm", "-enable-gvn-hoist")),
+    "merge functions": ("heuristic", ("-fmerge-functions",)),
+    "interprocedural RA": ("heuristic", ("-mllvm", "-enable-ipra")),
+    "no SLP vectorizer": ("heuristic", ("-mllvm", "-slp-threshold=1000000")),
+    "IPRA + IR outliner + GVN hoisting": ("heuristic", ("-mllvm", "-enable-ipra", "-mllvm", "-ir-outliner", "-mllvm",
+                                                         "-enable-gvn-hoist")),
     "never inline": ("never", ()),
 }
 
@@ -66,18 +75,21 @@ def table(rows: list[dict[str, tuple[int, int] | None]]) -> list[str]:
     """The printed table over the modules every alternative compiled."""
     ok: list[dict[str, tuple[int, int]]] = [{k: v for k, v in r.items() if v} for r in rows if all(r.values())]
     base, base_dot = sum(r["-Oz"][0] for r in ok), sum(r["-Oz"][1] for r in ok)
+    width = max(map(len, ALTERNATIVES)) + 1
     lines = [f"{len(ok)} modules ({len(rows) - len(ok)} with a failed compile left out), {base} B Berkeley text at -Oz",
-             f"{'alternative':<26} {'total':>7} {'.text':>7} {'smaller':>8} {'better of it and -Oz':>21}"]  # fmt: skip
+             f"{'alternative':<{width}} {'total':>7} {'.text':>7} {'smaller':>8} {'>1% worse':>9} "
+             f"{'better of it and -Oz':>21}"]  # fmt: skip
     if not ok:
         return lines
     for name in (n for n in ALTERNATIVES if n != "-Oz" and n in ok[0]):
         total = sum(r[name][0] for r in ok) / base
         dot = sum(r[name][1] for r in ok) / base_dot
         smaller = sum(r[name][0] < r["-Oz"][0] for r in ok)
+        worse = sum(r[name][0] > 1.01 * r["-Oz"][0] for r in ok)
         best = sum(min(r[name][0], r["-Oz"][0]) for r in ok) / base
-        lines.append(f"{name:<26} {total:>7.4f} {dot:>7.4f} {smaller:>8} {best:>21.4f}")
+        lines.append(f"{name:<{width}} {total:>7.4f} {dot:>7.4f} {smaller:>8} {worse:>9} {best:>21.4f}")
     smallest = sum(min(size[0] for size in r.values()) for r in ok) / base
-    lines.append(f"{'all, smallest per module':<26} {'':>7} {'':>7} {'':>8} {smallest:>21.4f}")
+    lines.append(f"{'all, smallest per module':<{width}} {'':>7} {'':>7} {'':>8} {'':>9} {smallest:>21.4f}")
     return lines
 
 
@@ -90,6 +102,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--only", action="append", choices=list(ALTERNATIVES)[1:], default=[],
                         help="compile just these alternatives (repeatable; default: all)")  # fmt: skip
+    parser.add_argument("--rows", type=Path, help="also write each module's sizes here (JSON lines)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per compile")
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
@@ -102,7 +115,10 @@ def main() -> int:
     random.Random(args.seed).shuffle(names)
     chosen = ("-Oz", *args.only) if args.only else tuple(ALTERNATIVES)
     tasks = [LeverTask(str(args.corpus), split, name, args.timeout, chosen) for name in names[: args.modules]]
-    rows = [row for _, row in run_tasks(compile_alternatives, tasks, workers=args.workers, description="levers")]
+    done = list(run_tasks(compile_alternatives, tasks, workers=args.workers, description="levers"))
+    rows = [row for _, row in done]
+    if args.rows:
+        args.rows.write_text("".join(json.dumps({"module": tasks[i].module, **row}) + "\n" for i, row in done))
     print("\n".join(table(rows)))
     return 0
 
