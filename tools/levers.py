@@ -42,8 +42,10 @@ ALTERNATIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "merge functions": ("heuristic", ("-fmerge-functions",)),
     "interprocedural RA": ("heuristic", ("-mllvm", "-enable-ipra")),
     "no SLP vectorizer": ("heuristic", ("-mllvm", "-slp-threshold=1000000")),
-    "IPRA + IR outliner + GVN hoisting": ("heuristic", ("-mllvm", "-enable-ipra", "-mllvm", "-ir-outliner", "-mllvm",
-                                                         "-enable-gvn-hoist")),
+    "IPRA + IR outliner + GVN hoisting": (
+        "heuristic",
+        ("-mllvm", "-enable-ipra", "-mllvm", "-ir-outliner", "-mllvm", "-enable-gvn-hoist"),
+    ),
     "never inline": ("never", ()),
 }
 
