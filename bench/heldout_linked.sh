@@ -6,8 +6,12 @@
 #
 #   apt-get source uchardet woff2 && bench/heldout_linked.sh woff2-1.0.2 [WORKDIR]
 #   OPTGYM_GUARD=1 bench/heldout_linked.sh …  builds the optgym side guarded (clang's object kept where smaller)
+#   LTO=thin bench/heldout_linked.sh …        both sides with -flto=thin and lld (LTO=full: -flto=full), the
+#                                             optgym side with OPTGYM_SERVE_LTO=1: the policy decides the compile
+#                                             steps' inlining, the link's own inliner stays clang's
 set -euo pipefail
 src=$(realpath "$1"); work=${2:-$PWD}; name=$(basename "$src"); mkdir -p "$work"
+lto=${LTO:+-flto=$LTO}; link=${LTO:+-fuse-ld=lld $lto}
 bin=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../.venv/bin
 llvm=/usr/lib/llvm-22/bin
 for variant in plain optgym; do
@@ -15,9 +19,10 @@ for variant in plain optgym; do
   rm -rf "$build"
   if [ "$variant" = plain ]; then cc=$llvm/clang; cxx=$llvm/clang++; else cc=$bin/optgym-cc; cxx=$bin/optgym-c++; fi
   start=$SECONDS
-  (unset OPTGYM_POLICY; export OPTGYM_STRICT=1
+  (unset OPTGYM_POLICY; export OPTGYM_STRICT=1 OPTGYM_SERVE_LTO=${LTO:+1}
    cmake -S "$src" -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
-     -DCMAKE_BUILD_TYPE=MinSizeRel -DCMAKE_C_FLAGS_MINSIZEREL="-Oz -DNDEBUG" -DCMAKE_CXX_FLAGS_MINSIZEREL="-Oz -DNDEBUG" \
+     -DCMAKE_BUILD_TYPE=MinSizeRel -DCMAKE_C_FLAGS_MINSIZEREL="-Oz -DNDEBUG $lto" -DCMAKE_CXX_FLAGS_MINSIZEREL="-Oz -DNDEBUG $lto" \
+     -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link" -DCMAKE_MODULE_LINKER_FLAGS="$link" \
      -DCMAKE_AR=$llvm/llvm-ar -DCMAKE_RANLIB=$llvm/llvm-ranlib >"$build.log" 2>&1
    cmake --build "$build" -j 2 >>"$build.log" 2>&1) || { echo "$name: the $variant build failed, see $build.log"; exit 1; }
   echo "$name $variant: built in $((SECONDS - start)) s"

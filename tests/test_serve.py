@@ -103,12 +103,29 @@ def test_served_compile_matches_an_interactive_never_inline(tmp_path, corpus):
     assert object_sizes(tmp_path / "served.o").text_bytes > object_sizes(tmp_path / "plain.o").text_bytes
 
 
-@pytest.mark.parametrize("args", [["--version"], ["-O2", "-c", "x.c", "-o", "x.o"], ["-E", "x.c"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["-O2", "-c", "x.c", "-o", "x.o"], ["-E", "x.c"], ["-Oz", "-flto=thin", "-c", "x.c", "-o", "x.o"]],
+)
 def test_everything_else_passes_straight_through(tmp_path, args):
-    (tmp_path / "x.c").write_text("int f(int a) { return a + 1; }\n")
+    (tmp_path / "x.c").write_text(LIB_C + "int g(int a) { return apply(twice, a); }\n")
+    output = tmp_path / "x.o"
     ours = run([CC, *args], tmp_path, OPTGYM_POLICY="never")
+    ours_bytes = output.read_bytes() if output.exists() else None
     theirs = run(["/usr/lib/llvm-22/bin/clang", *args], tmp_path)
     assert (ours.returncode, ours.stdout, ours.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr)
+    assert ours_bytes == (output.read_bytes() if output.exists() else None)  # never-inline did not decide
+
+
+def test_lto_compile_steps_are_served_on_request(tmp_path):
+    """``OPTGYM_SERVE_LTO=1``: the policy decides an LTO step's inlining (never-inline: a different bitcode)."""
+    (tmp_path / "x.c").write_text(LIB_C + "int g(int a) { return apply(twice, a); }\n")
+    args = ["-Oz", "-flto=thin", "-c", "x.c", "-o", "x.o"]
+    served = run([CC, *args], tmp_path, OPTGYM_POLICY="never", OPTGYM_SERVE_LTO="1", OPTGYM_STRICT="1")
+    assert served.returncode == 0 and served.stderr == "", served.stderr
+    ours = (tmp_path / "x.o").read_bytes()
+    assert run(["/usr/lib/llvm-22/bin/clang", *args], tmp_path).returncode == 0
+    assert ours[:4] == b"BC\xc0\xde" and ours != (tmp_path / "x.o").read_bytes()
 
 
 def _servers(runtime: Path) -> list[psutil.Process]:
@@ -310,6 +327,8 @@ def test_guard_leaves_no_file_when_the_compile_fails(tmp_path):
         (["-Oz", "-c", "a.c", "-oa.o", "-Wp,-MD,a.d", "-MMD", "-MP"], ["-Oz", "-c", "a.c"], None),
         (["-Oz", "-c", "a.c", "-gsplit-dwarf"], None, "-gsplit-dwarf"),
         (["-Oz", "-c", "a.c", "-Wp,-DX"], None, "-Wp,-DX"),
+        (["-Oz", "-flto", "-c", "a.c", "-flto=thin"], None, "-flto=thin writes bitcode"),
+        (["-Oz", "-flto=thin", "-c", "a.c", "-fno-lto"], ["-Oz", "-flto=thin", "-c", "a.c", "-fno-lto"], None),
     ],
 )
 def test_guard_reference_writes_only_its_object(args, reference, why):

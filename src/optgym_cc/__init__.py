@@ -14,6 +14,7 @@ default ``pretrained``, the policy shipped in the package, or ``heuristic`` wher
 ``OPTGYM_SERVE_OPT`` (the ``-O`` levels served, default ``z,s``), ``OPTGYM_STRICT``, ``OPTGYM_GUARD=1``
 (clang's own compile runs beside the policy's and the smaller object is kept: no object larger than
 clang's, for a second compile's CPU),
+``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """
 
@@ -74,9 +75,24 @@ def _clang(driver: str) -> str:
     sys.exit(127)
 
 
-def served(args: list[str], levels: tuple[str, ...]) -> bool:
-    """Whether this invocation compiles exactly one C/C++ source to an object at a served -O level."""
-    if "-c" not in args or any(a in NOT_SERVED or a.startswith("-flto") for a in args):
+def lto(args: list[str]) -> str | None:
+    """The LTO option in force (``-flto``, ``-flto=thin``…; the last of those and ``-fno-lto`` wins), else ``None``."""
+    mode = None
+    for arg in args:
+        if arg == "-flto" or arg.startswith("-flto="):
+            mode = arg
+        elif arg == "-fno-lto":
+            mode = None
+    return mode
+
+
+def served(args: list[str], levels: tuple[str, ...], serve_lto: bool = False) -> bool:
+    """Whether this invocation compiles exactly one C/C++ source to an object at a served -O level.
+
+    An LTO compile step writes bitcode whose inlining the link's own inliner goes over again; the
+    shipped policy learned per-object decisions, and under ThinLTO they do not carry over (README), so
+    such steps pass through unless ``serve_lto`` (``OPTGYM_SERVE_LTO=1``) asks for them."""
+    if "-c" not in args or any(a in NOT_SERVED for a in args) or (not serve_lto and lto(args)):
         return False
     opt = [a for a in args if a.startswith("-O")]
     if not opt or opt[-1][2:] not in levels:
@@ -234,7 +250,7 @@ def _main(driver: str) -> None:
     args = sys.argv[1:]
     policy = os.environ.get("OPTGYM_POLICY") or default_policy()
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
-    if policy == "heuristic" or not served(args, levels):
+    if policy == "heuristic" or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:

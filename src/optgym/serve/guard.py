@@ -17,7 +17,8 @@ with one ``rename`` in the output's own directory, so a reader never sees a part
 
 Commands with other outputs tied to the object are compiled unguarded (``unguardable`` says why):
 ``-gsplit-dwarf`` (a ``.dwo`` that must match its object), ``-save-temps`` and ``-ftime-trace`` (named
-after the output), and recorded command lines (they would name the reference's temporary file).
+after the output), recorded command lines (they would name the reference's temporary file), and LTO
+compile steps (``OPTGYM_SERVE_LTO=1``: bitcode has no code size until the link).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 from optgym.toolchain.sizes import ElfError, object_sizes
-from optgym_cc import joined_output, operands
+from optgym_cc import joined_output, lto, operands
 
 #: Dependency-file options, dropped from the reference so it writes nothing but its object (those with a value
 #: also in their joined form, ``-MFfile``).
@@ -53,6 +54,8 @@ def output_path(args: Sequence[str], cwd: str) -> str:
 
 def unguardable(args: Sequence[str]) -> str | None:
     """Why this compile cannot be guarded, or ``None``."""
+    if mode := lto(list(args)):
+        return f"{mode} writes bitcode, whose code size the link decides"
     for arg in args:
         if arg.startswith(UNGUARDABLE):
             return f"{arg} ties another output to the object"
