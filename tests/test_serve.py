@@ -355,3 +355,26 @@ def test_guard_closed_mid_compile_kills_clangs_compile_and_removes_its_file(tmp_
     assert guard.proc.returncode is not None and not psutil.pid_exists(guard.proc.pid)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo.cpp"]
     guard.close()  # twice is fine
+
+
+def test_guard_removes_the_files_of_a_server_killed_mid_compile(tmp_path):
+    """SIGKILL runs no cleanup: the next guarded compile of that object removes a dead server's file, and
+    only that — a live server's file and another object's stay."""
+    from optgym.serve.guard import SUFFIX
+
+    (tmp_path / "zoo.c").write_text(LIB_C)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        stale, live = tmp_path / f".zoo.o.{dead.pid}.a1{SUFFIX}", tmp_path / f".zoo.o.{alive.pid}.b2{SUFFIX}"
+        other = tmp_path / f".lib.o.{dead.pid}.c3{SUFFIX}"
+        for path in (stale, live, other):
+            path.write_bytes(b"partial object")
+        guard = Guard(["/usr/lib/llvm-22/bin/clang", "-Oz", "-c", "zoo.c", "-o", "zoo.o"], str(tmp_path), {})
+        guard.start()
+        assert guard.reference is not None and f".zoo.o.{os.getpid()}." in guard.reference
+        guard.close()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["zoo.c", live.name, other.name])
+    finally:
+        alive.kill()

@@ -38,9 +38,36 @@ from optgym_cc import joined_output, lto, operands
 #: also in their joined form, ``-MFfile``).
 DEPENDENCY_FLAGS = frozenset(["-MD", "-MMD", "-MP", "-MG", "-MV"])
 DEPENDENCY_WITH_VALUE = ("-MF", "-MT", "-MQ", "-MJ", "--serialize-diagnostics")
+#: The reference's file is ``.<object>.<server pid>.<random>`` + this, beside the object.
+SUFFIX = ".optgym-guard"
 #: Options (or prefixes) that tie another output to the object's name: such compiles go unguarded.
 UNGUARDABLE = ("-gsplit-dwarf", "-save-temps", "-ftime-trace", "-frecord-command-line", "-grecord-command-line",
                "-frecord-gcc-switches", "-grecord-gcc-switches")  # fmt: skip
+
+
+def remove_orphans(directory: str, name: str) -> None:
+    """Remove the reference files a killed server left beside ``name``: a server killed with SIGKILL runs no
+    cleanup, but its clang dies with it (``spawn``), and the file names that server's pid, so the next
+    guarded compile of the same object removes every such file whose server is gone."""
+    prefix = f".{name}."
+    with contextlib.suppress(OSError), os.scandir(directory or ".") as entries:
+        for entry in entries:
+            if not (entry.name.startswith(prefix) and entry.name.endswith(SUFFIX)):
+                continue
+            pid = entry.name[len(prefix) :].split(".", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: not ours to judge
+    return True
 
 
 def output_path(args: Sequence[str], cwd: str) -> str:
@@ -103,10 +130,10 @@ class Guard:
         when the output's directory takes no file (clang will say why, not us)."""
         if self.why_not is not None or self.reference is not None:
             return
+        directory, name = os.path.split(self.output)
+        remove_orphans(directory, name)
         try:
-            fd, self.reference = tempfile.mkstemp(
-                dir=os.path.dirname(self.output), prefix=f".{os.path.basename(self.output)}.", suffix=".optgym-guard"
-            )
+            fd, self.reference = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}.", suffix=SUFFIX)
         except OSError as e:
             self.why_not = f"no temporary file beside the output: {e}"
             return
