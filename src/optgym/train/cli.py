@@ -346,6 +346,7 @@ def search_command(
     modules: Annotated[str | None, typer.Option(help="only the modules whose name matches this glob")] = None,
     min_decisions: Annotated[int, typer.Option(help="leave modules with fewer decisions unsearched")] = 1,
     split: Annotated[str | None, typer.Option(help="search only this side of the corpus's split")] = None,
+    language: Annotated[str | None, typer.Option(help="search only the C or only the C++ modules")] = None,
     start: Annotated[str, typer.Option(help="policy to start from and to follow after a flip")] = "heuristic",
     focus: Annotated[
         float,
@@ -369,8 +370,8 @@ def search_command(
     from optgym.train.search import SearchConfig, search, summary_table
 
     cfg = SearchConfig(corpus=str(corpus), output=str(output), budget=budget, workers=workers, modules=modules,
-                       split=split, min_decisions=min_decisions, start=start, focus=focus, groups=groups, evolve=evolve,
-                       seed=seed, timeout=timeout)  # fmt: skip
+                       split=split, language=language, min_decisions=min_decisions, start=start, focus=focus,
+                       groups=groups, evolve=evolve, seed=seed, timeout=timeout)  # fmt: skip
     try:
         meta = search(cfg, say=console.print)
     except OptgymError as e:

@@ -84,6 +84,7 @@ from optgym.problems import Problem, get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.rollout import DecisionPoint, Policy
 from optgym.toolchain import find_toolchain
+from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.remarks import read_remarks, record_flags
 
@@ -109,6 +110,7 @@ class SearchConfig:
     workers: int | None = None
     modules: str | None = None  # glob over module names
     module_names: list[str] | None = None  # or exactly these modules (DAgger: the modules a search covered)
+    language: str | None = None  # only "C" or only "C++" modules (ObjC and ObjC++ with them)
     split: str | None = None
     min_decisions: int = 1  # modules with fewer decisions are not searched
     start: str = "heuristic"  # policy spec: the starting trajectory and the answers after a flip
@@ -752,20 +754,24 @@ def compile_key(module: Module) -> str:
 
 
 def select_modules(
-    corpus: Corpus, pattern: str | None, names: Sequence[str] | None = None
+    corpus: Corpus, pattern: str | None, names: Sequence[str] | None = None, language: str | None = None
 ) -> tuple[list[Module], dict[str, str]]:
     """The modules to search, decision-heavy C++ first — a run cut short has spent its time where the
     headroom is; the decision count is unknown before a compile, so bitcode size stands in for it —
-    and the duplicates left out (``{duplicate: the module searched in its place}``, see :func:`compile_key`)."""
-    from optgym.corpus.info import language, raw_cc1_args
-
+    and the duplicates left out (``{duplicate: the module searched in its place}``, see :func:`compile_key`).
+    ``language`` ("C" or "C++") keeps one language's modules only."""
+    if language not in (None, "C", "C++"):
+        raise SearchError(f"--language {language!r}: C or C++")
     chosen = [m for m in corpus if pattern is None or fnmatch.fnmatchcase(m.name, pattern)]
     if names is not None:
         wanted = set(names)
         chosen = [m for m in chosen if m.name in wanted]
+    is_cxx = {m.name: m.language in CXX_LANGUAGES for m in chosen}
+    if language is not None:
+        chosen = [m for m in chosen if is_cxx[m.name] == (language == "C++")]
 
     def priority(m: Module) -> tuple[int, int, str]:
-        return (0 if language(raw_cc1_args(m)) in ("C++", "ObjC++") else 1, -m.bitcode.stat().st_size, m.name)
+        return (0 if is_cxx[m.name] else 1, -m.bitcode.stat().st_size, m.name)
 
     unique: dict[str, Module] = {}
     duplicates: dict[str, str] = {}
@@ -842,9 +848,9 @@ def search(cfg: SearchConfig, *, progress: bool = True, say: Callable[[str], Any
         if theirs != mine:
             raise SearchError(f"{root} holds a search of {theirs}, not {mine}; use another -o")
     corpus = Corpus(corpus_path, split=cfg.split)
-    modules, duplicates = select_modules(corpus, cfg.modules, cfg.module_names)
+    modules, duplicates = select_modules(corpus, cfg.modules, cfg.module_names, cfg.language)
     if not modules:
-        raise SearchError(f"no module of {corpus_path} matches --modules {cfg.modules!r}")
+        raise SearchError(f"no module of {corpus_path} matches --modules {cfg.modules!r} --language {cfg.language!r}")
     meta = {
         "kind": SEARCH_KIND,
         "format_version": SEARCH_FORMAT_VERSION,
