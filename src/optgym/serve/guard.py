@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from optgym.toolchain.process import kill_group, spawn, wait_exit
+from optgym.toolchain.process import kill_group, pid_alive, spawn, wait_exit
 from optgym.toolchain.sizes import ElfError, object_sizes
 from optgym_cc import joined_output, lto, operands
 
@@ -55,19 +55,9 @@ def remove_orphans(directory: str, name: str) -> None:
             if not (entry.name.startswith(prefix) and entry.name.endswith(SUFFIX)):
                 continue
             pid = entry.name[len(prefix) :].split(".", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: not ours to judge
-    return True
 
 
 def output_path(args: Sequence[str], cwd: str) -> str:
