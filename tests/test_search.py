@@ -228,11 +228,12 @@ def test_read_remarks_unquotes_yaml_scalars(tmp_path):
     assert [r["Callee"] for r in read_remarks(record, "inline")] == ["puts"]
 
 
-def test_language_keeps_one_languages_modules(corpus):
+def test_language_keeps_one_languages_modules(corpus, tmp_path):
     from optgym.train.search import SearchError, select_modules
 
     assert sorted(m.name for m in select_modules(corpus, None, language="C")[0]) == ["leaf", "tree"]
     assert [m.name for m in select_modules(corpus, None, language="C++")[0]] == ["zoo"]
     assert select_modules(corpus, None)[0][0].name == "zoo"  # C++ first without a language
     with pytest.raises(SearchError, match="C or C"):
-        select_modules(corpus, None, language="Fortran")
+        search(SearchConfig(str(corpus.root), str(tmp_path / "s"), budget=1, language="Fortran"), progress=False)
+    assert not (tmp_path / "s").exists()

@@ -760,8 +760,6 @@ def select_modules(
     headroom is; the decision count is unknown before a compile, so bitcode size stands in for it —
     and the duplicates left out (``{duplicate: the module searched in its place}``, see :func:`compile_key`).
     ``language`` ("C" or "C++") keeps one language's modules only."""
-    if language not in (None, "C", "C++"):
-        raise SearchError(f"--language {language!r}: C or C++")
     chosen = [m for m in corpus if pattern is None or fnmatch.fnmatchcase(m.name, pattern)]
     if names is not None:
         wanted = set(names)
@@ -834,6 +832,8 @@ def search(cfg: SearchConfig, *, progress: bool = True, say: Callable[[str], Any
     """Search every selected module of ``cfg.corpus`` into ``cfg.output``; returns ``search.json``'s content."""
     if cfg.budget < 1:
         raise SearchError("--budget must be at least 1 compile per module")
+    if cfg.language not in (None, "C", "C++"):
+        raise SearchError(f"--language {cfg.language!r}: C or C++")
     root = Path(cfg.output)
     corpus_path = str(Path(cfg.corpus).resolve())
     problem = get_problem(cfg.problem)
