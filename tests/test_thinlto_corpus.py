@@ -54,3 +54,15 @@ def test_objects_that_are_not_bitcode_are_refused(toolchain, tmp_path):
     result = subprocess.run([sys.executable, str(TOOL), "x.o", "-o", "c"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120)  # fmt: skip
     assert result.returncode != 0 and "is not bitcode: compile with -flto=thin" in result.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_failed_link_leaves_no_corpus_behind(toolchain, tmp_path):
+    (tmp_path / "lib.c").write_text(LIB)
+    for out in ("a.o", "b.o"):  # the same definitions twice: the link fails on a duplicate symbol
+        subprocess.run([str(toolchain.clang), "-Oz", "-flto=thin", "-c", "lib.c", "-o", out], cwd=tmp_path, check=True)
+    result = subprocess.run([sys.executable, str(TOOL), "a.o", "b.o", "-o", "c"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode != 0 and "the index-only link failed" in result.stderr, result.stderr
+    assert "duplicate symbol" in result.stderr
+    assert not (tmp_path / "c").exists()

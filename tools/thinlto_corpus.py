@@ -40,30 +40,38 @@ def backend_cc1(clang: Path, bitcode: Path, opt: str) -> list[str]:
 
 
 def build(objects: list[Path], root: Path, link_args: list[str], opt: str = "-Oz") -> int:
-    """Write the corpus; the number of modules."""
+    """Write the corpus; the number of modules. On any failure nothing is left behind."""
     clang = find_toolchain().clang
     if root.exists():
         sys.exit(f"{root} exists; choose a new directory")
-    root.mkdir(parents=True)
+    for obj in objects:
+        with open(obj, "rb") as f:
+            if f.read(4) != b"BC\xc0\xde":
+                sys.exit(f"{obj} is not bitcode: compile with -flto=thin")
     names: list[str] = []
     for obj in objects:
-        if obj.read_bytes()[:4] != b"BC\xc0\xde":
-            sys.exit(f"{obj} is not bitcode: compile with -flto=thin")
-        name, n = obj.name.removesuffix(".o").replace(".", "_"), 1
+        stem = obj.name.removesuffix(".o").replace(".", "_")
+        name, n = stem, 1
         while name in names:
-            name, n = f"{obj.name.removesuffix('.o').replace('.', '_')}-{n}", n + 1
+            name, n = f"{stem}-{n}", n + 1
         names.append(name)
-        shutil.copyfile(obj, root / f"{name}.bc")
-    copies = [(root / f"{name}.bc").resolve() for name in names]
-    # -Wl,: the driver would compile a .bc input to an object first; the linker must see the bitcode itself
-    link = [str(clang), "-flto=thin", "-fuse-ld=lld", f"-Wl,--thinlto-index-only={root / 'index-only.txt'}",
-            *(f"-Wl,{c}" for c in copies), *link_args, "-o", str(root / "index-only.out")]  # fmt: skip
-    result = subprocess.run(link, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        sys.exit(f"the index-only link failed:\n{result.stderr[-3000:]}")
-    modules = [(name, copy.read_bytes(), backend_cc1(clang, copy, opt))
-               for name, copy in zip(names, copies, strict=True)]  # fmt: skip
-    write_corpus(root, modules, source="distributed ThinLTO backends", link=link)
+    root.mkdir(parents=True)
+    try:
+        copies = [(root / f"{name}.bc").resolve() for name in names]
+        for obj, copy in zip(objects, copies, strict=True):
+            shutil.copyfile(obj, copy)
+        # -Wl,: the driver would compile a .bc input to an object first; the linker must see the bitcode itself
+        link = [str(clang), "-flto=thin", "-fuse-ld=lld", f"-Wl,--thinlto-index-only={root / 'index-only.txt'}",
+                *(f"-Wl,{c}" for c in copies), *link_args, "-o", str(root / "index-only.out")]  # fmt: skip
+        result = subprocess.run(link, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            sys.exit(f"the index-only link failed:\n{result.stderr[-3000:]}")
+        modules = [(name, copy.read_bytes(), backend_cc1(clang, copy, opt))
+                   for name, copy in zip(names, copies, strict=True)]  # fmt: skip
+        write_corpus(root, modules, source="distributed ThinLTO backends", link=link)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return len(modules)
 
 
