@@ -462,9 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                           str(BIN / "optgym-c++"), {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1"}),
     }  # fmt: skip
     if args.guard:
-        variants["guarded"] = Variant("guarded", f"(5) optgym-c++, {policy_label}, OPTGYM_GUARD=1",
-                                      str(BIN / "optgym-cc"), str(BIN / "optgym-c++"),
-                                      {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1", "OPTGYM_GUARD": "1"})  # fmt: skip
+        served = variants["policy"]
+        variants["guarded"] = Variant("guarded", f"(5) optgym-c++, {policy_label}, OPTGYM_GUARD=1", served.cc,
+                                      served.cxx, {**served.env, "OPTGYM_GUARD": "1"})  # fmt: skip
     names = tuple(variants)
     builds = {n: work / "builds" / args.project / n for n in names}
     try:

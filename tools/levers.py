@@ -30,22 +30,25 @@ from optgym.rollout import rollout
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.language import CXX_LANGUAGES
 
+#: clang's own alternatives to one -Oz choice: name → extra clang flags
+PASSES: dict[str, tuple[str, ...]] = {
+    "machine outliner": ("-mllvm", "-enable-machine-outliner=always"),
+    "basic register allocator": ("-mllvm", "-regalloc=basic"),
+    "module inliner": ("-mllvm", "-enable-module-inliner"),
+    "IR outliner": ("-mllvm", "-ir-outliner"),
+    "GVN sinking": ("-mllvm", "-enable-gvn-sink"),
+    "GVN hoisting": ("-mllvm", "-enable-gvn-hoist"),
+    "merge functions": ("-fmerge-functions",),
+    "interprocedural RA": ("-mllvm", "-enable-ipra"),
+    "no SLP vectorizer": ("-mllvm", "-slp-threshold=1000000"),
+}
+#: the passes that shrink C in total without many modules worse, switched on together
+TOGETHER = ("interprocedural RA", "IR outliner", "GVN hoisting")
 #: name → (policy answering the inlining decisions, extra clang flags)
 ALTERNATIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "-Oz": ("heuristic", ()),
-    "machine outliner": ("heuristic", ("-mllvm", "-enable-machine-outliner=always")),
-    "basic register allocator": ("heuristic", ("-mllvm", "-regalloc=basic")),
-    "module inliner": ("heuristic", ("-mllvm", "-enable-module-inliner")),
-    "IR outliner": ("heuristic", ("-mllvm", "-ir-outliner")),
-    "GVN sinking": ("heuristic", ("-mllvm", "-enable-gvn-sink")),
-    "GVN hoisting": ("heuristic", ("-mllvm", "-enable-gvn-hoist")),
-    "merge functions": ("heuristic", ("-fmerge-functions",)),
-    "interprocedural RA": ("heuristic", ("-mllvm", "-enable-ipra")),
-    "no SLP vectorizer": ("heuristic", ("-mllvm", "-slp-threshold=1000000")),
-    "IPRA + IR outliner + GVN hoisting": (
-        "heuristic",
-        ("-mllvm", "-enable-ipra", "-mllvm", "-ir-outliner", "-mllvm", "-enable-gvn-hoist"),
-    ),
+    **{name: ("heuristic", flags) for name, flags in PASSES.items()},
+    "IPRA + IR outliner + GVN hoisting": ("heuristic", tuple(flag for name in TOGETHER for flag in PASSES[name])),
     "never inline": ("never", ()),
 }
 
