@@ -1,4 +1,5 @@
-"""tools/thinlto_corpus.py on a real -flto=thin build: each module is the distributed backend compile."""
+"""``optgym corpus thinlto``: corpora of distributed-ThinLTO backends, from a real -flto=thin build's objects
+and from a per-TU corpus's packages; each module is the backend compile, byte for byte."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import sys
 from pathlib import Path
 
 from optgym.corpus import Corpus
+from optgym.corpus.embedded import corpus_from_sources
+from optgym.corpus.thinlto import Program, Symbols, package_programs, static_link
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.problems.inline_size import FEATURES
 from optgym.rollout import rollout
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "thinlto_corpus.py"
+OPTGYM = [sys.executable, "-m", "optgym.cli", "corpus", "thinlto"]
 LIB = "int scale(int x) { return 3 * x + 1; }\nint twice(int x) { return 2 * scale(x); }\n"
 MAIN = "int twice(int);\nint main(int argc, char **argv) { return twice(argc) + twice(argc + 1); }\n"
 
@@ -23,9 +26,9 @@ def test_each_module_compiles_to_its_thinlto_backend_and_its_imports_are_decisio
         (tmp_path / f"{name}.c").write_text(source)
         subprocess.run([clang, "-Oz", "-flto=thin", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, check=True)
     corpus_dir = tmp_path / "corpus"
-    result = subprocess.run([sys.executable, str(TOOL), "lib.o", "main.o", "-o", str(corpus_dir)],
+    result = subprocess.run([*OPTGYM, "lib.o", "main.o", "-o", str(corpus_dir)],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 0 and "2 modules" in result.stdout, result.stderr
+    assert result.returncode == 0 and "2 ThinLTO backends" in result.stdout, result.stderr
     corpus = Corpus(corpus_dir)
     assert sorted(m.name for m in corpus) == ["lib", "main"]
 
@@ -51,7 +54,7 @@ def test_each_module_compiles_to_its_thinlto_backend_and_its_imports_are_decisio
 def test_objects_that_are_not_bitcode_are_refused(toolchain, tmp_path):
     (tmp_path / "x.c").write_text(LIB)
     subprocess.run([str(toolchain.clang), "-Oz", "-c", "x.c", "-o", "x.o"], cwd=tmp_path, check=True)
-    result = subprocess.run([sys.executable, str(TOOL), "x.o", "-o", "c"], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([*OPTGYM, "x.o", "-o", "c"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120)  # fmt: skip
     assert result.returncode != 0 and "is not bitcode: compile with -flto=thin" in result.stderr
     assert not (tmp_path / "c").exists()
@@ -61,8 +64,89 @@ def test_a_failed_link_leaves_no_corpus_behind(toolchain, tmp_path):
     (tmp_path / "lib.c").write_text(LIB)
     for out in ("a.o", "b.o"):  # the same definitions twice: the link fails on a duplicate symbol
         subprocess.run([str(toolchain.clang), "-Oz", "-flto=thin", "-c", "lib.c", "-o", out], cwd=tmp_path, check=True)
-    result = subprocess.run([sys.executable, str(TOOL), "a.o", "b.o", "-o", "c"], cwd=tmp_path,
+    result = subprocess.run([*OPTGYM, "a.o", "b.o", "-o", "c"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode != 0 and "the index-only link failed" in result.stderr, result.stderr
     assert "duplicate symbol" in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+# --- from a per-TU corpus --------------------------------------------------------------------------
+
+APP_LIB = "int scale(int x) { return 3 * x + 1; }\nint twice(int x) { return 2 * scale(x); }\n" \
+          "int unused_helper(int x) { return x * x * x - scale(x); }\n"  # fmt: skip
+APP_MAIN = "int twice(int);\nint main(int argc, char **argv) { return twice(argc) + twice(argc + 1); }\n"
+APP_TOOL = "int scale(int);\nint main(int argc, char **argv) { return scale(argc); }\n"
+
+
+def _names(path: Path, nm: Path) -> set[str]:
+    out = subprocess.run([str(nm), "--defined-only", "-j", str(path)], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_a_per_tu_corpus_becomes_the_backends_of_each_packages_programs(toolchain, tmp_path):
+    sources = {"app/lib": APP_LIB, "app/main": APP_MAIN, "app/tool": APP_TOOL, "solo/only": APP_LIB}
+    paths = {}
+    for name, text in sources.items():
+        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
+        paths[name].write_text(text)
+    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    out = tmp_path / "thin"
+    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", "2"], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0 and "5 ThinLTO backends" in result.stdout, result.stderr
+    corpus = Corpus(out)
+    # a program is its main and what a static link of it loads from its package; no main: a shared library
+    names = ["app/main/lib", "app/main/main", "app/tool/lib", "app/tool/tool", "solo/lib.so/only"]
+    assert sorted(m.name for m in corpus) == names
+    nm = toolchain.tool("llvm-nm")
+    defined = {}
+    for module in corpus:
+        bitcode = out / f"{module.name}.bc"
+        driver = [str(toolchain.clang), "-Oz", "-x", "ir", str(bitcode), f"-fthinlto-index={bitcode}.thinlto.bc", "-c"]
+        subprocess.run([*driver, "-o", str(tmp_path / "driver.o")], check=True, timeout=120)
+        subprocess.run(module.argv(toolchain.clang, (), tmp_path / "corpus.o"), check=True, timeout=120)
+        assert (tmp_path / "corpus.o").read_bytes() == (tmp_path / "driver.o").read_bytes(), module.name
+        defined[module.name] = _names(tmp_path / "corpus.o", nm)
+    # the link decided what each backend keeps: what no program reaches is gone, a shared library keeps all
+    assert "unused_helper" not in defined["app/main/lib"] | defined["app/tool/lib"]
+    assert "twice" not in defined["app/tool/lib"]
+    assert {"unused_helper", "twice", "scale"} <= defined["solo/lib.so/only"]
+    assert corpus.description["optgym"]["prelink_failures"] == []
+
+
+def test_a_module_that_does_not_pre_link_is_left_out_and_reported(toolchain, tmp_path):
+    paths = {}
+    for name, text in {"app/lib": APP_LIB, "app/main": APP_MAIN}.items():
+        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
+        paths[name].write_text(text)
+    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    broken = per_tu.module("app/lib").bitcode
+    broken.write_bytes(broken.read_bytes()[:200])  # a truncated module: clang cannot read it
+    out = tmp_path / "thin"
+    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", "1"], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    corpus = Corpus(out)
+    assert [m.name for m in corpus] == ["app/main/main"]
+    [failure] = corpus.description["optgym"]["prelink_failures"]
+    assert failure.startswith("app/lib:")
+
+
+def test_a_static_link_loads_the_first_definition_of_each_missing_symbol_transitively():
+    symbols = {
+        "p/main": Symbols(frozenset({"main"}), frozenset({"a", "printf"})),
+        "p/a1": Symbols(frozenset({"a"}), frozenset({"b"})),
+        "p/a2": Symbols(frozenset({"a", "z"}), frozenset()),  # a second definition of a: never loaded
+        "p/b": Symbols(frozenset({"b"}), frozenset({"a"})),
+        "p/unused": Symbols(frozenset({"u"}), frozenset({"b"})),
+        "p/tool": Symbols(frozenset({"main"}), frozenset({"u"})),
+    }
+    assert static_link("p/main", symbols, ["p/a1", "p/a2", "p/b", "p/unused"]) == ("p/main", "p/a1", "p/b")
+    programs = package_programs("p", symbols, max_programs=3)
+    assert [(p.name, set(p.modules)) for p in programs] == [
+        ("p/tool", {"p/tool", "p/unused", "p/b", "p/a1"}),  # covers the most
+        ("p/main", {"p/main", "p/a1", "p/b"}),  # adds its main only, still something new
+    ]
+    assert [p.name for p in package_programs("p", symbols, max_programs=1)] == ["p/tool"]
+    assert package_programs("q", {"q/x": symbols["p/a1"]}, 3) == [Program("q/lib.so", ("q/x",), shared=True)]

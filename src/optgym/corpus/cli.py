@@ -432,3 +432,54 @@ def merge_cmd(
 
 
 __all__ = ["Table", "corpus_app"]
+
+
+@corpus_app.command("thinlto")
+def thinlto_cmd(
+    objects: Annotated[
+        list[Path] | None, typer.Argument(help="bitcode objects of a -flto=thin build (or --from a corpus)")
+    ] = None,
+    output: Output = Path("corpus-thinlto"),
+    source: Annotated[
+        Path | None, typer.Option("--from", help="a per-TU corpus: link each package's programs from its modules")
+    ] = None,
+    split: Split = None,
+    language: Annotated[str, typer.Option("--language", help="with --from: C | C++ | all")] = "C",
+    packages: Annotated[
+        str | None, typer.Option("--packages", help="with --from: only these (comma-separated)")
+    ] = None,
+    max_programs: Annotated[
+        int, typer.Option("--max-programs", help="with --from: programs per package, chosen to cover most modules")
+    ] = 3,
+    link_arg: Annotated[
+        list[str] | None, typer.Option("--link-arg", help="with objects: passed to the index-only link (repeatable)")
+    ] = None,
+    opt: Annotated[
+        str, typer.Option("--opt", help="with objects: the backends' level (--from keeps each module's own)")
+    ] = "-Oz",
+    workers: Workers = None,
+) -> None:
+    """A corpus of distributed-ThinLTO backend compiles (MLGO's ``--thinlto_build=distributed``).
+
+    Each module is one backend: its pre-link bitcode, the index its program's link wrote, and the
+    backend ``-cc1``. From objects: one link of all of them. ``--from`` a per-TU corpus: each module is
+    pre-linked from its bitcode and command, and each package's programs (modules defining ``main``)
+    are linked against the rest of the package as an archive; a package without one as a shared library.
+    """
+    from optgym.corpus.corpus import Corpus
+    from optgym.corpus.thinlto import corpus_from_corpus, corpus_from_objects
+    from optgym.errors import OptgymError
+
+    if bool(objects) == bool(source):
+        _fail("give either bitcode objects or --from CORPUS")
+    try:
+        if source is not None:
+            chosen = [p.strip() for p in packages.split(",") if p.strip()] if packages else None
+            count = corpus_from_corpus(Corpus(source, split=split), output, language=None if language == "all" else
+                                       language, packages=chosen, max_programs=max_programs,
+                                       workers=workers)  # fmt: skip
+        else:
+            count = corpus_from_objects(objects or [], output, link_arg or [], opt)
+    except OptgymError as e:
+        _fail(str(e))
+    console.print(f"[bold green]corpus[/] {output}: {count} ThinLTO backends", highlight=False, soft_wrap=True)
