@@ -25,13 +25,15 @@ NAMES = [s.name for s in PROBLEM.expected_features() if s.name not in PROBLEM.hi
     # node_count: 6 in the C module, 383–418 in the C++ one, so the ≥ 400 gate opens and closes within it
     [(None, None), (5, None), (None, 5), (0, 20), ((20, 3), (10, 2)),
      ("10/2+40/3@is_callee_avail_external<=0", "30@callee_basic_block_count<=2+5"),
-     ("100/2@node_count>=400+10/3", "50@node_count>=3@callee_users<=2")],
+     ("100/2@node_count>=400+10/3", "50@node_count>=3@callee_users<=2"),
+     ("no40@callee_users>=2+10/2", "no1000"), ("no0", "no30@callee_basic_block_count>=2+20")],
 )  # fmt: skip
 def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_dir, toolchain):
     """Every decision of a real compile is clang's, moved exactly as asked in that module's language
     (d = threshold − cost): the tests' corpus has C and C++ modules."""
     policy = threshold_policy(NAMES, cxx=cxx, c=c)
     checked = {"C": 0, "C++": 0}
+    withdrawals = 0
     for module in Corpus(corpus_dir):
         run = rollout(PROBLEM, module, toolchain, policy, record_features=True)
         assert run.result.ok
@@ -40,16 +42,25 @@ def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_d
         lang = "C++" if module.language == "C++" else "C"
         f = run.trajectory.features
         d = f[:, NAMES.index("threshold")] - f[:, NAMES.index("cost_estimate")]
-        expected = run.trajectory.heuristic == 1
+        clangs = run.trajectory.heuristic == 1
+        added, withdrawn = np.zeros_like(clangs), np.zeros_like(clangs)
         for rule in parse_shift(cxx if lang == "C++" else c) or ():
-            admitted = d >= -rule.up
+            admitted = rule.admits(-d)
             for feature, op, bound in rule.gates:
                 value = f[:, NAMES.index(feature)]
                 admitted &= value <= bound if op == "<=" else value >= bound
-            expected |= admitted
+            if rule.refuse:
+                withdrawn |= admitted
+            else:
+                added |= admitted
+        # additions apply where clang says no, withdrawals where it says yes
+        expected = (clangs & ~withdrawn) | (~clangs & added)
+        withdrawals += int((clangs & withdrawn).sum())
         assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
         checked[lang] += len(d)
     assert checked["C"] >= 1 and checked["C++"] > 100
+    if any(rule.refuse for shift in (parse_shift(cxx), parse_shift(c)) for rule in shift or ()):
+        assert withdrawals > 0, "a withdrawing rule that takes none of clang's inlines away tests nothing"
 
 
 def test_the_policy_needs_the_language():
@@ -59,7 +70,19 @@ def test_the_policy_needs_the_language():
 
 
 @pytest.mark.parametrize(
-    "text", ["ten", "10/x", "10@callee_users", "10@<=3", "10+", "10@callee_users<=two", "10@node_count>=x"]
+    "text",
+    [
+        "ten",
+        "10/x",
+        "10@callee_users",
+        "10@<=3",
+        "10+",
+        "10@callee_users<=two",
+        "10@node_count>=x",
+        "no-5",
+        "nox",
+        "no",
+    ],
 )
 def test_a_malformed_candidate_is_a_clear_error(text):
     with pytest.raises(RunError, match="threshold candidate"):

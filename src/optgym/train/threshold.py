@@ -72,16 +72,28 @@ REPORTED = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_rati
 
 @dataclass(frozen=True)
 class Rule:
-    """Also inline where ``cost − threshold ≤ up`` and every gate holds (raw feature ``<=`` or ``>=`` its bound)."""
+    """Also inline where ``cost − threshold ≤ up`` and every gate holds (raw feature ``<=`` or ``>=`` its bound).
+
+    A *withdrawing* rule (``refuse``, written ``noK``) goes the other way: it answers "no" where clang
+    inlines, ``cost − threshold ≥ −up`` (the call site is within ``up`` of the threshold) and every gate
+    holds — the move a ThinLTO backend needs at imported callees, whose copy inlining never deletes.
+    """
 
     up: int
     gates: tuple[tuple[str, str, int], ...] = ()  # (raw feature, "<=" or ">=", bound)
+    refuse: bool = False
 
     @property
     def label(self) -> str:
         users = [v for f, op, v in self.gates if (f, op) == (USERS, "<=")]
         rest = [g for g in self.gates if (g[0], g[1]) != (USERS, "<=")]
-        return f"{self.up}{f'/{users[0]}' if users else ''}" + "".join(f"@{f}{op}{v}" for f, op, v in rest)
+        head = f"{'no' if self.refuse else ''}{self.up}{f'/{users[0]}' if users else ''}"
+        return head + "".join(f"@{f}{op}{v}" for f, op, v in rest)
+
+    def admits(self, cost_minus_threshold: np.ndarray) -> np.ndarray:
+        """Where the rule's margin test holds (its gates aside): what a test checks a policy against."""
+        d = np.asarray(cost_minus_threshold)
+        return d >= -self.up if self.refuse else d <= self.up
 
 
 #: A candidate: clang's decisions plus every call site one of its rules admits.
@@ -124,17 +136,22 @@ def gate_holds(values: np.ndarray, op: str, bound: int) -> np.ndarray:
 
 def _rule(text: str) -> Rule:
     head, *gates = text.split("@")
-    k, _, users = head.partition("/")
+    refuse = head.startswith("no")
+    k, _, users = head.removeprefix("no").partition("/")
     triples = [(USERS, "<=", int(users))] if users else []
-    return Rule(int(k), tuple(triples + [parse_gate(gate) for gate in gates]))
+    rule = Rule(int(k), tuple(triples + [parse_gate(gate) for gate in gates]), refuse)
+    if refuse and rule.up < 0:
+        raise ValueError(text)
+    return rule
 
 
 def parse_shift(text: Candidate) -> Shift | None:
     """A candidate's text as its rules: ``none`` → ``None`` (clang's own); ``K`` → inline also where
     ``cost − threshold ≤ K``; ``K/U`` → only where the callee has ≤ ``U`` users; ``K@F<=V`` → only
     where raw feature ``F`` ≤ ``V`` (``K@F>=V``: ≥; gates combine: ``40/2@is_callee_avail_external<=0``); rules
-    joined by ``+`` each admit call sites (``10/2+40/2@is_callee_avail_external<=0``). An int ``K``
-    or a pair ``(K, U)`` stands for ``K`` and ``K/U``."""
+    joined by ``+`` each admit call sites (``10/2+40/2@is_callee_avail_external<=0``); ``noK…`` (K ≥ 0, same
+    gates) withdraws clang's inlines where ``cost − threshold ≥ −K`` (``no1000@is_callee_avail_external>=1``).
+    An int ``K`` or a pair ``(K, U)`` stands for ``K`` and ``K/U``."""
     if text is None or text == "none":
         return None
     if isinstance(text, int):
@@ -148,8 +165,8 @@ def parse_shift(text: Candidate) -> Shift | None:
         return tuple(_rule(part) for part in str(text).split("+"))
     except ValueError:
         raise RunError(
-            f"a threshold candidate is none, or rules K, K/U, K@FEATURE<=V, K@FEATURE>=V joined by + (integers), "
-            f"not {text!r}"
+            f"a threshold candidate is none, or rules K, K/U, K@FEATURE<=V, K@FEATURE>=V, noK… joined by + "
+            f"(integers), not {text!r}"
         ) from None
 
 
@@ -179,23 +196,29 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
     h, m, lang = width, width + 1, width + 2
     gate_column = {g: width + len(EXTRAS) + i for i, g in enumerate(gates)}
 
-    def above(rule: Rule) -> float:  # m > this ⇔ cost − threshold ≤ rule.up
-        return float(margin(np.array([-rule.up - 0.5]), np.array([0.0]))[0])
+    def step(rule: Rule, cxx: bool) -> tuple[float, float, float, float, float, tuple]:
+        """A rule's unit. Added (h = 0): open where m > at ⇔ threshold − cost > −K − ½ ⇔ cost − threshold ≤ K.
+        Withdrawn (h = 1): open where m < at ⇔ threshold − cost < K + ½ ⇔ cost − threshold ≥ −K."""
+        at = float(margin(np.array([rule.up + 0.5 if rule.refuse else -rule.up - 0.5]), np.array([0.0]))[0])
+        on_h, h_bias = (GATE, -GATE) if rule.refuse else (-GATE, 0.0)
+        on_cxx, cxx_bias = (GATE, -GATE) if cxx else (-GATE, 0.0)
+        return (at, -1.0 if rule.refuse else 1.0, on_h, on_cxx, h_bias + cxx_bias, rule.gates)
 
-    # (step at, weight on h, weight on cxx, gate bias, gates): a unit is open only where its gate sums to 0
-    steps = [(-10.0, GATE, 0.0, -GATE, ())]  # keep clang's inline
-    steps += [(above(r), -GATE, GATE, -GATE, r.gates) for r in shifts["cxx"] or ()]  # add a C++ inline
-    steps += [(above(r), -GATE, -GATE, 0.0, r.gates) for r in shifts["c"] or ()]  # add a C inline
+    # (step at, direction, weight on h, weight on cxx, gate bias, gates): open only where its gates sum to 0;
+    # direction +1 opens above `at` and adds an inline, −1 opens below it and takes clang's away
+    steps = [(-10.0, 1.0, GATE, 0.0, -GATE, ())]  # keep clang's inline
+    steps += [step(r, cxx=True) for r in shifts["cxx"] or ()]  # C++ rules
+    steps += [step(r, cxx=False) for r in shifts["c"] or ()]  # C rules
     w0, b0 = np.zeros((width + len(extras), 2 * len(steps))), np.zeros(2 * len(steps))
     w1, b1 = np.zeros((2 * len(steps), 2)), np.array([0.0, -1.0])
-    for i, (step_at, on_h, on_cxx, gate, unit_gates) in enumerate(steps):
+    for i, (step_at, direction, on_h, on_cxx, gate, unit_gates) in enumerate(steps):
         for unit, offset, sign in ((2 * i, 0.0, 2.0), (2 * i + 1, -1.0, -2.0)):  # relu(x) − relu(x − 1): a step
-            w0[m, unit], w0[h, unit], w0[lang, unit] = STEEP, on_h, on_cxx
-            b0[unit] = -STEEP * step_at + gate + offset
+            w0[m, unit], w0[h, unit], w0[lang, unit] = direction * STEEP, on_h, on_cxx
+            b0[unit] = -direction * STEEP * step_at + gate + offset
             for g in unit_gates:  # closed unless every gate's feature is within its bound
                 w0[gate_column[g], unit] = GATE
                 b0[unit] -= GATE
-            w1[unit, 1] = sign
+            w1[unit, 1] = direction * sign
     source = {"algorithm": "threshold", "up": {"C++": _label(shifts["cxx"]), "C": _label(shifts["c"])}}
     return MLPPolicy([(w0, b0), (w1, b1)], vocab, activation="relu", extras=extras, source=source)
 
