@@ -440,6 +440,7 @@ def threshold_command(
         typer.Option(
             help="candidates, comma-separated: K (also inline where cost − threshold ≤ K), K/U (only where "
             "the callee has ≤ U users), K@FEATURE<=V or K@FEATURE>=V (only where that raw feature is within V), "
+            "noK… with the same gates (take clang's inline away where cost − threshold ≥ −K), "
             "rules joined by + (each admits call sites), none (clang's own)"
         ),
     ] = "none,0,2,5,10,10/2,10/4",
