@@ -150,3 +150,21 @@ def test_a_static_link_loads_the_first_definition_of_each_missing_symbol_transit
     ]
     assert [p.name for p in package_programs("p", symbols, max_programs=1)] == ["p/tool"]
     assert package_programs("q", {"q/x": symbols["p/a1"]}, 3) == [Program("q/lib.so", ("q/x",), shared=True)]
+
+
+def test_a_backends_cache_key_covers_its_index(toolchain, tmp_path):
+    """The index decides what a backend imports and keeps, but the command only names it: a corpus rebuilt
+    in the same place with other programs must not hit the caches of the old one."""
+    paths = {}
+    for name, text in {"app/lib": APP_LIB, "app/main": APP_MAIN}.items():
+        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
+        paths[name].write_text(text)
+    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    out = tmp_path / "thin"
+    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", "1"], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    before = Corpus(out).module("app/main/lib").digest
+    index = out / "app/main/lib.bc.thinlto.bc"
+    index.write_bytes(index.read_bytes() + b"\0")
+    assert Corpus(out).module("app/main/lib").digest != before

@@ -32,6 +32,8 @@ FORMAT_VERSION = 1
 #: Flags of the original compile that must not be replayed (they embed bitcode or name files).
 _DROP_FLAGS = ("-fembed-bitcode", "-fembed-bitcode=all", "-fembed-bitcode=bitcode", "-fembed-bitcode=marker")
 _DROP_WITH_VALUE = ("-o", "-x", "-dependency-file", "-MT", "-MF", "-MQ")
+#: A distributed ThinLTO backend's flag: its value is the index file the compile reads.
+THINLTO_INDEX = "-fthinlto-index="
 
 
 def sanitize_cc1_args(args: Sequence[str]) -> list[str]:
@@ -91,9 +93,11 @@ class Module:
 
     @cached_property
     def digest(self) -> str:
-        """Content hash of bitcode and command: the key of every per-module cache."""
+        """Content hash of bitcode and command — and of a ThinLTO backend's index, which decides what the
+        compile imports and keeps but is named, not held, by the command: the key of every per-module cache."""
         h = hashlib.sha256()
-        for path in (self.bitcode, self.command):
+        index = [Path(a.removeprefix(THINLTO_INDEX)) for a in self.cc1_args if a.startswith(THINLTO_INDEX)]
+        for path in (self.bitcode, self.command, *index):
             try:
                 h.update(path.read_bytes())
             except FileNotFoundError:

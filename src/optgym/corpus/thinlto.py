@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optgym.corpus.corpus import Corpus, Module, sanitize_cc1_args, write_corpus
+from optgym.corpus.corpus import THINLTO_INDEX, Corpus, Module, sanitize_cc1_args, write_corpus
 from optgym.errors import CorpusError
 from optgym.parallel import run_tasks
 from optgym.toolchain import find_toolchain
@@ -45,7 +45,7 @@ CORPUS_LINK_ARGS = ("-Wl,--unresolved-symbols=ignore-all", "-Wl,--allow-multiple
 
 def backend_cc1(clang: Path, bitcode: Path, opt: str = "-Oz") -> list[str]:
     """The ``-cc1`` arguments of the distributed backend compile of ``bitcode``, without input and output."""
-    driver = [str(clang), "-###", opt, "-x", "ir", str(bitcode), f"-fthinlto-index={bitcode}.thinlto.bc", "-c",
+    driver = [str(clang), "-###", opt, "-x", "ir", str(bitcode), f"{THINLTO_INDEX}{bitcode}.thinlto.bc", "-c",
               "-o", "/dev/null"]  # fmt: skip
     listing = subprocess.run(driver, capture_output=True, text=True, check=True, timeout=60).stderr
     cc1 = next(shlex.split(line) for line in listing.splitlines() if '"-cc1"' in line)
@@ -264,7 +264,7 @@ def corpus_from_corpus(
                 links[program.name] = index_only_link(clang, files, root / program.name, (*shared, *CORPUS_LINK_ARGS))
                 for name, path in zip(program.modules, files, strict=True):
                     # the module's own codegen flags, as its package compiled it, plus the index
-                    command = [*by_name[name].cc1_args, f"-fthinlto-index={path}.thinlto.bc"]
+                    command = [*by_name[name].cc1_args, f"{THINLTO_INDEX}{path}.thinlto.bc"]
                     entries.append((str(path.relative_to(root)).removesuffix(".bc"), path.read_bytes(), command))
         shutil.rmtree(prelinked)
         write_corpus(root, entries, source=f"distributed ThinLTO backends of {source.root}", links=links,
