@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from optgym.corpus import Corpus
+from optgym.corpus import Corpus, Module
 from optgym.corpus.embedded import corpus_from_sources
 from optgym.corpus.thinlto import Program, Symbols, package_programs, static_link
+from optgym.parallel.portable import portable_modules
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.problems.inline_size import FEATURES
@@ -168,3 +169,37 @@ def test_a_backends_cache_key_covers_its_index(toolchain, tmp_path):
     index = out / "app/main/lib.bc.thinlto.bc"
     index.write_bytes(index.read_bytes() + b"\0")
     assert Corpus(out).module("app/main/lib").digest != before
+
+
+def test_a_backend_compiles_the_same_from_a_corpus_opened_by_a_relative_path(toolchain, tmp_path, monkeypatch):
+    """A backend's module identifier is its input path: given relatively, clang finds none of its summaries in
+    the index and compiles the module to nothing, without an error. Modules compile from their real path."""
+    paths = {}
+    for name, text in {"app/lib": APP_LIB, "app/main": APP_MAIN}.items():
+        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
+        paths[name].write_text(text)
+    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(tmp_path / "thin"), "-j", "1"],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    monkeypatch.chdir(tmp_path)
+    objects = {}
+    for label, root in (("absolute", tmp_path / "thin"), ("relative", Path("thin"))):
+        module = Corpus(root).module("app/main/lib")
+        subprocess.run(module.argv(toolchain.clang, (), tmp_path / f"{label}.o"), check=True, timeout=120)
+        objects[label] = (tmp_path / f"{label}.o").read_bytes()
+    assert objects["relative"] == objects["absolute"]
+    assert "twice" in _names(tmp_path / "relative.o", toolchain.tool("llvm-nm"))
+
+
+def test_thinlto_backends_travel_to_ray_workers_as_paths(tmp_path):
+    """By content they would land at another path without their index and imports: such a worker would
+    compile them to nothing (previous test). No connection is made: the modules come back as they are."""
+    (tmp_path / "m.bc").write_bytes(b"BC\xc0\xde")
+    (tmp_path / "m.cmd").write_bytes(
+        b"\0".join([b"-cc1", b"-Oz", f"-fthinlto-index={tmp_path}/m.bc.thinlto.bc".encode()])
+    )
+    (tmp_path / "m.bc.thinlto.bc").write_bytes(b"index")
+    module = Module("m", tmp_path / "m.bc", tmp_path / "m.cmd")
+    assert module.thinlto_index == tmp_path / "m.bc.thinlto.bc"
+    assert portable_modules([module], workers=2, ray_address="127.0.0.1:1") == [module]

@@ -89,14 +89,22 @@ class Module:
         """The full compile command producing ``output`` (``-``: stdout) with ``extra`` flags added."""
         if not self.bitcode.exists():
             raise CorpusError(f"module {self.name}: its bitcode {self.bitcode} is missing")
-        return [str(clang), *self.cc1_args, *extra, "-x", "ir", str(self.bitcode), "-o", str(output)]
+        # the real path: a ThinLTO backend finds its own summaries in the index under the path it was linked
+        # as (its module identifier is the input path); a relative one compiles silently to nothing
+        return [str(clang), *self.cc1_args, *extra, "-x", "ir", str(self.bitcode.resolve()), "-o", str(output)]
+
+    @cached_property
+    def thinlto_index(self) -> Path | None:
+        """The index file of a distributed-ThinLTO backend (see :mod:`optgym.corpus.thinlto`), else None."""
+        found = [a.removeprefix(THINLTO_INDEX) for a in self.cc1_args if a.startswith(THINLTO_INDEX)]
+        return Path(found[-1]) if found else None
 
     @cached_property
     def digest(self) -> str:
         """Content hash of bitcode and command — and of a ThinLTO backend's index, which decides what the
         compile imports and keeps but is named, not held, by the command: the key of every per-module cache."""
         h = hashlib.sha256()
-        index = [Path(a.removeprefix(THINLTO_INDEX)) for a in self.cc1_args if a.startswith(THINLTO_INDEX)]
+        index = [self.thinlto_index] if self.thinlto_index else []
         for path in (self.bitcode, self.command, *index):
             try:
                 h.update(path.read_bytes())

@@ -228,12 +228,15 @@ def portable_modules(
     Every fan-out over corpus modules (evaluate, trace, search, ES, corpus info) goes through this, so none of
     them needs the corpus path on a worker. Locally the modules pass as they are: carrying their bytes would
     pickle every bitcode into every task and write a second copy of the corpus into the cache, for workers that
-    can read the files anyway.
+    can read the files anyway. ThinLTO backends travel as paths even to Ray: a backend reads its index and the
+    modules it imports by absolute path, so its workers must see the corpus where it was made.
     """
     from optgym.parallel.executor import ray_backend_address
 
     address = ray_backend_address(workers, ray_address)
-    return upload(modules, address) if address is not None else list(modules)
+    if address is None or any(m.thinlto_index for m in modules):
+        return list(modules)
+    return upload(modules, address)
 
 
 def local_module(module: PortableModule) -> Module:
