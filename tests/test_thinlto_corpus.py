@@ -85,16 +85,25 @@ def _names(path: Path, nm: Path) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_a_per_tu_corpus_becomes_the_backends_of_each_packages_programs(toolchain, tmp_path):
-    sources = {"app/lib": APP_LIB, "app/main": APP_MAIN, "app/tool": APP_TOOL, "solo/only": APP_LIB}
+def _per_tu(toolchain, tmp_path: Path, sources: dict[str, str]) -> Corpus:
+    """A per-TU corpus of C sources named ``package/file``."""
     paths = {}
     for name, text in sources.items():
         paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
         paths[name].write_text(text)
-    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    return corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+
+
+def _from_corpus(per_tu: Corpus, out: Path, jobs: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", str(jobs)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_a_per_tu_corpus_becomes_the_backends_of_each_packages_programs(toolchain, tmp_path):
+    sources = {"app/lib": APP_LIB, "app/main": APP_MAIN, "app/tool": APP_TOOL, "solo/only": APP_LIB}
+    per_tu = _per_tu(toolchain, tmp_path, sources)
     out = tmp_path / "thin"
-    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", "2"], capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    result = _from_corpus(per_tu, out, jobs=2)
     assert result.returncode == 0 and "5 ThinLTO backends" in result.stdout, result.stderr
     corpus = Corpus(out)
     # a program is its main and what a static link of it loads from its package; no main: a shared library
@@ -117,16 +126,11 @@ def test_a_per_tu_corpus_becomes_the_backends_of_each_packages_programs(toolchai
 
 
 def test_a_module_that_does_not_pre_link_is_left_out_and_reported(toolchain, tmp_path):
-    paths = {}
-    for name, text in {"app/lib": APP_LIB, "app/main": APP_MAIN}.items():
-        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
-        paths[name].write_text(text)
-    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    per_tu = _per_tu(toolchain, tmp_path, {"app/lib": APP_LIB, "app/main": APP_MAIN})
     broken = per_tu.module("app/lib").bitcode
     broken.write_bytes(broken.read_bytes()[:200])  # a truncated module: clang cannot read it
     out = tmp_path / "thin"
-    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", "1"], capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    result = _from_corpus(per_tu, out)
     assert result.returncode == 0, result.stderr
     corpus = Corpus(out)
     assert [m.name for m in corpus] == ["app/main/main"]
@@ -156,14 +160,9 @@ def test_a_static_link_loads_the_first_definition_of_each_missing_symbol_transit
 def test_a_backends_cache_key_covers_its_index(toolchain, tmp_path):
     """The index decides what a backend imports and keeps, but the command only names it: a corpus rebuilt
     in the same place with other programs must not hit the caches of the old one."""
-    paths = {}
-    for name, text in {"app/lib": APP_LIB, "app/main": APP_MAIN}.items():
-        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
-        paths[name].write_text(text)
-    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
+    per_tu = _per_tu(toolchain, tmp_path, {"app/lib": APP_LIB, "app/main": APP_MAIN})
     out = tmp_path / "thin"
-    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(out), "-j", "1"], capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    result = _from_corpus(per_tu, out)
     assert result.returncode == 0, result.stderr
     before = Corpus(out).module("app/main/lib").digest
     index = out / "app/main/lib.bc.thinlto.bc"
@@ -174,13 +173,8 @@ def test_a_backends_cache_key_covers_its_index(toolchain, tmp_path):
 def test_a_backend_compiles_the_same_from_a_corpus_opened_by_a_relative_path(toolchain, tmp_path, monkeypatch):
     """A backend's module identifier is its input path: given relatively, clang finds none of its summaries in
     the index and compiles the module to nothing, without an error. Modules compile from their real path."""
-    paths = {}
-    for name, text in {"app/lib": APP_LIB, "app/main": APP_MAIN}.items():
-        paths[name] = tmp_path / f"{name.replace('/', '_')}.c"
-        paths[name].write_text(text)
-    per_tu = corpus_from_sources(toolchain, paths, tmp_path / "per-tu")
-    result = subprocess.run([*OPTGYM, "--from", str(per_tu.root), "-o", str(tmp_path / "thin"), "-j", "1"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    per_tu = _per_tu(toolchain, tmp_path, {"app/lib": APP_LIB, "app/main": APP_MAIN})
+    result = _from_corpus(per_tu, tmp_path / "thin")
     assert result.returncode == 0, result.stderr
     monkeypatch.chdir(tmp_path)
     objects = {}
