@@ -136,9 +136,9 @@ def read_symbols(nm: Path, path: Path) -> Symbols:
         if len(fields) < 2:
             continue
         name, kind = fields[0], fields[1]
-        if kind in ("U", "w", "v"):
+        if kind == "U":
             undefined.add(name)
-        elif kind.isupper():
+        elif kind.isupper():  # lowercase: local, or a weak reference (w, v), which loads no archive member
             defined.add(name)
     return Symbols(frozenset(defined), frozenset(undefined))
 
