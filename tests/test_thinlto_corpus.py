@@ -148,6 +148,12 @@ def test_a_static_link_loads_the_first_definition_of_each_missing_symbol_transit
         "p/tool": Symbols(frozenset({"main"}), frozenset({"u"})),
     }
     assert static_link("p/main", symbols, ["p/a1", "p/a2", "p/b", "p/unused"]) == ("p/main", "p/a1", "p/b")
+    # loaded in the order of the symbols' names, whatever the hash seed: a link's order decides its duplicates
+    many = {
+        "m": Symbols(frozenset({"main"}), frozenset("zyxwvu")),
+        **{c: Symbols(frozenset(c), frozenset()) for c in "uvwxyz"},
+    }
+    assert static_link("m", many, list("zyxwvu")) == ("m", *"uvwxyz")
     programs = package_programs("p", symbols, max_programs=3)
     assert [(p.name, set(p.modules)) for p in programs] == [
         ("p/tool", {"p/tool", "p/unused", "p/b", "p/a1"}),  # covers the most

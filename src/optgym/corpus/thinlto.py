@@ -159,14 +159,14 @@ def static_link(main: str, symbols: dict[str, Symbols], order: Sequence[str]) ->
         for symbol in symbols[name].defined:
             first_definer.setdefault(symbol, name)
     loaded, defined = [main], set(symbols[main].defined)
-    pending = list(symbols[main].undefined)
+    pending = sorted(symbols[main].undefined, reverse=True)  # sorted: the same order in every run
     while pending:
         symbol = pending.pop()
         if symbol in defined or (member := first_definer.get(symbol)) is None or member in loaded:
             continue
         loaded.append(member)
         defined |= symbols[member].defined
-        pending.extend(symbols[member].undefined)
+        pending.extend(sorted(symbols[member].undefined, reverse=True))
     return tuple(loaded)
 
 
