@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from optgym.policies import resolve_policy
 from optgym.policies.trained import snapshot_dirs
 from optgym.problems import get_problem
 from optgym.rollout import rollout
+from optgym.toolchain.process import runtime_root, sweep_stale
 from optgym.train.imitate import ImitateConfig, demonstrations, train_imitate
 from optgym.train.search import (
     Candidate,
@@ -237,3 +241,20 @@ def test_language_keeps_one_languages_modules(corpus, tmp_path):
     with pytest.raises(SearchError, match="C or C"):
         search(SearchConfig(str(corpus.root), str(tmp_path / "s"), budget=1, language="Fortran"), progress=False)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_search_worker_that_dies_leaves_only_what_the_next_host_sweeps(corpus_dir):
+    """A worker whose driver died ends by os._exit, with no cleanup: its scratch directory must be one that
+    optgym's sweep of dead hosts' run directories finds (it was a bare /tmp/optgym-search-* before)."""
+    code = ("import os, sys\n"
+            "from optgym.corpus import Corpus\nfrom optgym.policies import resolve_policy\n"
+            "from optgym.problems import get_problem\nfrom optgym.toolchain import find_toolchain\n"
+            "from optgym.train.search import Compiler\n"
+            "module = next(iter(Corpus(sys.argv[1])))\n"
+            "c = Compiler(get_problem('inline-size'), module, find_toolchain(),\n"
+            "             resolve_policy('heuristic').build(), False)\n"
+            "print(c._tmp, flush=True)\nos._exit(1)\n")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(corpus_dir)], capture_output=True, text=True, timeout=120)
+    left = Path(out.stdout.strip())
+    assert left.is_dir() and left.parent == runtime_root(), out.stderr
+    assert sweep_stale(runtime_root()) >= 1 and not left.exists()

@@ -86,6 +86,7 @@ from optgym.rollout.rollout import DecisionPoint, Policy
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.toolchain.llvm import Toolchain
+from optgym.toolchain.process import private_dir
 from optgym.toolchain.remarks import read_remarks, record_flags
 
 SEARCH_FORMAT_VERSION = 1
@@ -205,7 +206,9 @@ class Compiler:
 
     def __init__(self, problem: Problem, module: Module, toolchain: Toolchain, base: Policy, score: bool) -> None:
         self.problem, self.module, self.toolchain, self.base, self.score = problem, module, toolchain, base, score
-        self._tmp = Path(tempfile.mkdtemp(prefix="optgym-search-"))
+        # a run directory named after this process: a worker ended by os._exit (its driver died) cannot
+        # remove it, and the next host's private_dir sweeps it (optgym.toolchain.process)
+        self._tmp = private_dir()
         self.timeout = DEFAULT_TIMEOUT
 
     def close(self) -> None:
