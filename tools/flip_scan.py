@@ -38,7 +38,6 @@ from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.problems.inline_size import FEATURES
 from optgym.toolchain import find_toolchain
-from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.search import Compiler
 from optgym.train.threshold import gate_holds, parse_gate
 
@@ -156,7 +155,7 @@ def main() -> int:
             sys.exit(f"--where {text!r}: {where[-1][0]!r} is not one of clang's features")
     corpus = Corpus(args.corpus, split=split)
     resolve_policy(args.policy)  # a clear error now, not in every worker
-    names = sorted(m.name for m in corpus if (m.language in CXX_LANGUAGES) == (args.language == "C++"))
+    names = sorted(m.name for m in corpus if m.family == args.language)
     if not names:
         sys.exit(f"{args.corpus} has no {args.language} modules on the {args.split} side")
     random.Random(args.seed).shuffle(names)

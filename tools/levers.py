@@ -28,7 +28,6 @@ from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.toolchain import find_toolchain
-from optgym.toolchain.language import CXX_LANGUAGES
 
 #: clang's own alternatives to one -Oz choice: name → extra clang flags
 PASSES: dict[str, tuple[str, ...]] = {
@@ -114,7 +113,7 @@ def main() -> int:
 
     split = None if args.split == "all" else args.split
     corpus = Corpus(args.corpus, split=split)
-    names = sorted(m.name for m in corpus if (m.language in CXX_LANGUAGES) == (args.language == "C++"))
+    names = sorted(m.name for m in corpus if m.family == args.language)
     if not names:
         sys.exit(f"{args.corpus} has no {args.language} modules on the {args.split} side")
     random.Random(args.seed).shuffle(names)

@@ -26,7 +26,6 @@ from optgym.corpus.corpus import atomic_write_bytes
 from optgym.evaluate.evaluation import evaluate
 from optgym.policies import PRETRAINED, PRETRAINED_PROVENANCE
 from optgym.policies.export import export_policy
-from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.threshold import summary_figures
 
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
@@ -35,7 +34,7 @@ FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio
 
 def by_language(rows: list, corpus: Corpus) -> dict[str, dict]:
     """The evaluation summary over all modules and per language (C++ includes ObjC++)."""
-    lang = {r.module: "C++" if corpus.module(r.module).language in CXX_LANGUAGES else "C" for r in rows}
+    lang = {r.module: corpus.module(r.module).family for r in rows}
     out = {"all": summary_figures(rows, FIGURES)}
     for name in ("C", "C++"):
         out[name] = summary_figures([r for r in rows if lang[r.module] == name], FIGURES)

@@ -85,6 +85,13 @@ class Module:
             raise CorpusError(f"module {self.name}: its command file {self.command} is missing") from None
         return language([a.decode(errors="replace") for a in raw.split(b"\0") if a])
 
+    @cached_property
+    def family(self) -> str:
+        """ "C++" for C++ and ObjC++, "C" for everything else: the split every per-language figure and rule uses."""
+        from optgym.toolchain.language import CXX_LANGUAGES
+
+        return "C++" if self.language in CXX_LANGUAGES else "C"
+
     def argv(self, clang: Path, extra: Sequence[str], output: Path | str) -> list[str]:
         """The full compile command producing ``output`` (``-``: stdout) with ``extra`` flags added."""
         if not self.bitcode.exists():

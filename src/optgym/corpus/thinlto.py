@@ -227,13 +227,13 @@ def corpus_from_corpus(
 
     Module names are ``<program>/<module>`` — ``<package>/<main module>/<module name minus package>`` —
     so a module linked into two programs is two modules (its backends import different things). Only
-    modules of ``language`` (``None``: all) are taken; the split of ``source`` is the caller's choice
-    (``Corpus(dir, split="train")``). A module that fails to pre-link is left out and reported.
-    On any other failure nothing is left behind.
+    modules of ``language`` (a ``Module.family``, "C" or "C++"; ``None``: all) are taken; the split of
+    ``source`` is the caller's choice (``Corpus(dir, split="train")``). A module that fails to pre-link
+    is left out and reported. On any other failure nothing is left behind.
     """
     toolchain = find_toolchain()
     clang, nm = toolchain.clang, toolchain.tool("llvm-nm")
-    modules = [m for m in source if (language is None or m.language == language)
+    modules = [m for m in source if (language is None or m.family == language)
                and (packages is None or m.name.split("/", 1)[0] in packages)]  # fmt: skip
     if not modules:
         raise CorpusError(f"{source.root} has no {language or ''} modules".replace("  ", " "))

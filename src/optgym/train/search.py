@@ -84,7 +84,6 @@ from optgym.problems import Problem, get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.rollout import DecisionPoint, Policy
 from optgym.toolchain import find_toolchain
-from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import private_dir
 from optgym.toolchain.remarks import read_remarks, record_flags
@@ -767,12 +766,11 @@ def select_modules(
     if names is not None:
         wanted = set(names)
         chosen = [m for m in chosen if m.name in wanted]
-    is_cxx = {m.name: m.language in CXX_LANGUAGES for m in chosen}
     if language is not None:
-        chosen = [m for m in chosen if is_cxx[m.name] == (language == "C++")]
+        chosen = [m for m in chosen if m.family == language]
 
     def priority(m: Module) -> tuple[int, int, str]:
-        return (0 if is_cxx[m.name] else 1, -m.bitcode.stat().st_size, m.name)
+        return (0 if m.family == "C++" else 1, -m.bitcode.stat().st_size, m.name)
 
     unique: dict[str, Module] = {}
     duplicates: dict[str, str] = {}

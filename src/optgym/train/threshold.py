@@ -55,7 +55,6 @@ from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
 from optgym.problems.inputs import BOUNDS, CXX_INPUT, HEURISTIC_INPUT, margin
 from optgym.problems.normalize import Vocab
-from optgym.toolchain.language import CXX_LANGUAGES
 from optgym.train.run import RunError, evaluate_final, prepare_run_dir, write_config
 from optgym.train.trace import sample_modules
 
@@ -249,7 +248,7 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     names = [m.name for m in corpus]
     samples = [set(sample_modules(names, cfg.sampling_rate, cfg.seed + i)) for i in range(cfg.samples)]
     union = set().union(*samples)
-    language = {n: "C++" if corpus.module(n).language in CXX_LANGUAGES else "C" for n in union}
+    language = {n: corpus.module(n).family for n in union}
     tuned_on = [n for n in names if n in union and language[n] in cfg.languages]
     say(f"tuning on {len(tuned_on)} of {len(corpus)} modules ({sum(language[n] == 'C++' for n in tuned_on)} C++"
         f"{f', {cfg.samples} samples' if cfg.samples > 1 else ''}), {len(cfg.up)} candidates")  # fmt: skip
