@@ -34,7 +34,9 @@ def test_each_alternative_is_the_compile_it_names(corpus, corpus_dir, toolchain,
     assert sizes["basic register allocator"] != sizes["-Oz"]  # the flags reach the backend
     assert sizes["never inline"][0] > sizes["-Oz"][0]  # every decision answered "no" (worse on this module)
     table = levers.table([sizes, sizes])
-    assert table[0].startswith("2 modules (0 with a failed compile") and len(table) == 2 + len(levers.ALTERNATIVES)
+    assert table[0].startswith("2 modules (0 with a failed compile") and len(table) == 3 + len(levers.ALTERNATIVES)
+    thresholds = min(sizes[name][0] for name in ("-Oz", *levers.THRESHOLDS)) / sizes["-Oz"][0]
+    assert table[-1].startswith("-Oz and thresholds, smallest") and table[-1].endswith(f"{thresholds:.4f}")
 
 
 def test_the_command_prints_the_table_for_the_chosen_alternatives(corpus_dir):
@@ -44,4 +46,4 @@ def test_the_command_prints_the_table_for_the_chosen_alternatives(corpus_dir):
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     lines = lines[next(i for i, line in enumerate(lines) if line.startswith("1 modules")) :]  # after the progress bar
-    assert lines[2].startswith("module inliner") and lines[3].startswith("all, smallest") and len(lines) == 4
+    assert lines[2].startswith("module inliner") and lines[3].startswith("all, smallest") and len(lines) == 5
