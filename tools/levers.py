@@ -41,8 +41,8 @@ PASSES: dict[str, tuple[str, ...]] = {
     "interprocedural RA": ("-mllvm", "-enable-ipra"),
     "no SLP vectorizer": ("-mllvm", "-slp-threshold=1000000"),
 }
-#: thresholds of passes -Oz runs anyway (name → extra clang flags): unlike the switches above, any value
-#: keeps to code paths clang exercises by default, so a per-module choice among them stays on supported ground
+#: thresholds of passes -Oz runs anyway (name → extra clang flags): unlike switching on a pass clang keeps off,
+#: these change how much a pass of the default pipeline does (or skip one), never add code clang does not run
 THRESHOLDS: dict[str, tuple[str, ...]] = {
     "no tail duplication": ("-mllvm", "-disable-tail-duplicate", "-mllvm", "-disable-early-taildup"),
     "no tail duplication in placement": ("-mllvm", "-tail-dup-placement=false"),
