@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from optgym.corpus.embedded import corpus_from_sources
 from optgym.protocol.transcript import read_transcript
 
 
@@ -43,6 +44,15 @@ def test_evaluate_heuristic_table(corpus_dir, tmp_path):
 def test_evaluate_on_missing_corpus_is_a_clear_error(tmp_path):
     proc = optgym("evaluate", "--corpus", str(tmp_path / "nope"), check=False)
     assert proc.returncode == 1 and "not a corpus" in proc.stderr
+
+
+def test_evaluate_of_a_corpus_without_code_is_an_error_not_a_ratio(toolchain, tmp_path):
+    source = tmp_path / "table.c"
+    source.write_text("int table[4] = {1, 2, 3, 4};\nint counter;\n")  # data only: Berkeley text 0
+    corpus_from_sources(toolchain, {"table": source}, tmp_path / "corpus", flags=("-Oz",))
+    proc = optgym("evaluate", "--corpus", str(tmp_path / "corpus"), "-j", "1", "-o", str(tmp_path / "r"), check=False)
+    assert proc.returncode == 1 and "compiled to an object without code" in proc.stderr
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["evaluated"] == 1  # the report is kept
 
 
 def test_evaluate_unknown_policy_is_a_clear_error(corpus_dir):

@@ -214,6 +214,12 @@ def evaluate(
     else:
         _print_summary(result, f"{policy} vs heuristic ({problem}) on {corpus}")
         console.print(f"report: {report / 'report.md'}")
+    if result["evaluated"] and not result["heuristic_text_bytes"]:
+        # one module without code is a data file; a corpus without any is a compile that produced nothing
+        # (a ThinLTO backend whose index did not name its module did so once) — no ratio to report
+        evaluated = result["evaluated"]
+        _fail(f"every module evaluated ({evaluated}) compiled to an object without code (Berkeley text 0 B): "
+              "nothing was compared; check that compiling the corpus's commands by hand yields code")  # fmt: skip
 
 
 @app.command()
