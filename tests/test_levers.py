@@ -46,4 +46,4 @@ def test_the_command_prints_the_table_for_the_chosen_alternatives(corpus_dir):
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     lines = lines[next(i for i, line in enumerate(lines) if line.startswith("1 modules")) :]  # after the progress bar
-    assert lines[2].startswith("module inliner") and lines[3].startswith("all, smallest") and len(lines) == 5
+    assert lines[2].startswith("module inliner") and lines[3].startswith("all, smallest") and len(lines) == 4

@@ -6,11 +6,12 @@
 Why: the C half of issue 7 (≤ 0.99 of ``-Oz``) is out of reach of per-module inlining decisions (a
 per-module search finds 0.4 %), so the question is whether another decision clang makes at ``-Oz``
 could carry C further. Each module of a seeded random sample of one language is compiled with clang's
-own heuristic under each alternative (the machine outliner, the basic register allocator, the module
-inliner), and once with every inlining decision answered "no" over the interactive channel. Printed per
-alternative: the total against ``-Oz`` (Berkeley text and ``.text``), the modules it makes smaller, and
-the total when each module takes the better of it and ``-Oz`` — what a perfect per-module chooser
-would get; last, the smallest of all of them per module.
+own heuristic under each alternative — passes clang keeps off at ``-Oz`` (the outliners, another register
+allocator, …), thresholds of passes it runs (jump tables, tail merging, …) — and once with every inlining
+decision answered "no" over the interactive channel. Printed per alternative: the total against ``-Oz``
+(Berkeley text and ``.text``), the modules it makes smaller, and the total when each module takes the
+better of it and ``-Oz`` — what a perfect per-module chooser would get; last, the smallest of all of them
+per module, and of the thresholds alone (the safe ones) when any was compiled.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def table(rows: list[dict[str, tuple[int, int] | None]]) -> list[str]:
     """The printed table over the modules every alternative compiled."""
     ok: list[dict[str, tuple[int, int]]] = [{k: v for k, v in r.items() if v} for r in rows if all(r.values())]
     base, base_dot = sum(r["-Oz"][0] for r in ok), sum(r["-Oz"][1] for r in ok)
-    width = max(map(len, ALTERNATIVES)) + 1
+    width = len("-Oz and thresholds, smallest per module") + 1  # the longest label
     lines = [f"{len(ok)} modules ({len(rows) - len(ok)} with a failed compile left out), {base} B Berkeley text at -Oz",
              f"{'alternative':<{width}} {'total':>7} {'.text':>7} {'smaller':>8} {'>1% worse':>9} "
              f"{'better of it and -Oz':>21}"]  # fmt: skip
@@ -114,7 +115,10 @@ def table(rows: list[dict[str, tuple[int, int] | None]]) -> list[str]:
         worse = sum(r[name][0] > 1.01 * r["-Oz"][0] for r in ok)
         best = sum(min(r[name][0], r["-Oz"][0]) for r in ok) / base
         lines.append(f"{name:<{width}} {total:>7.4f} {dot:>7.4f} {smaller:>8} {worse:>9} {best:>21.4f}")
-    for label, names in (("all", ALTERNATIVES), ("-Oz and thresholds", ("-Oz", *THRESHOLDS))):
+    groups = [("all", tuple(ALTERNATIVES))]
+    if not THRESHOLDS.keys().isdisjoint(ok[0]):  # the safe ones alone, when any was compiled
+        groups.append(("-Oz and thresholds", ("-Oz", *THRESHOLDS)))
+    for label, names in groups:
         smallest = sum(min(size[0] for name, size in r.items() if name in names) for r in ok) / base
         lines.append(f"{label + ', smallest per module':<{width}} {'':>7} {'':>7} {'':>8} {'':>9} {smallest:>21.4f}")
     return lines
