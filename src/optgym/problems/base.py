@@ -11,8 +11,8 @@ Shapes of the problems this interface is made for:
 * inline-size (clang): 38 int64 [1] features + ``inlining_default``; ``Discrete(2)``; size reward.
 * regalloc eviction (clang): 20 features of shape [1, 33] + ``progress``; an index action whose
   valid values are given by the ``mask`` feature (:meth:`Problem.action_mask`); no heuristic answer
-  in the stream; reward read from the allocator's remarks file (:meth:`Problem.compile_flags`
-  will name it, :meth:`Problem.measure` read it).
+  in the stream; size reward (a reward from the allocator's spill remarks would name its file in
+  :meth:`Problem.compile_flags` and read it in :meth:`Problem.measure`).
 * the .NET JIT's CSE (``compiler = "superpmi"``): a different compiler and text protocol; the problem
   file is still the only problem-specific piece, the session comes from that compiler's toolchain.
 """
@@ -27,11 +27,13 @@ import numpy as np
 
 from optgym.errors import OptgymError
 from optgym.protocol import Header, Observation, TensorSpec, encode_tensor
+from optgym.toolchain.sizes import object_sizes
 
 if TYPE_CHECKING:  # gymnasium only where spaces are built: the policy server never imports it
     from gymnasium import spaces
 
 Metrics = dict[str, float]
+DEFAULT_DELTA = 0.01  # MLGO's reward smoothing
 
 
 class ProblemError(OptgymError):
@@ -65,9 +67,10 @@ class FeatureView:
         self.specs = tuple(by_name[n] for n in self.names)
         # Byte offsets of every tensor, for reading single values without decoding the record.
         self._offsets: dict[str, int] = {}
+        self._elements: dict[str, int] = {}
         pos = 0
         for s in header.features:
-            self._offsets[s.name] = pos
+            self._offsets[s.name], self._elements[s.name] = pos, s.elements
             pos += s.nbytes
         # Fast path: every tensor in the stream is int64 → one frombuffer + one gather per decision.
         self._word_index: np.ndarray | None = None
@@ -82,7 +85,7 @@ class FeatureView:
         if self._word_index is not None:
             return np.frombuffer(obs.raw, dtype=np.int64)[self._word_index].astype(np.float32)
         rec = obs.record
-        return np.concatenate([np.asarray(rec[n], dtype=np.float32).ravel() for n in self.names])
+        return _finite(np.concatenate([np.asarray(rec[n], dtype=np.float32).ravel() for n in self.names]))
 
     def as_dict(self, obs: Observation) -> dict[str, np.ndarray]:
         """The visible features by name, each of its declared shape and dtype (fresh arrays)."""
@@ -90,12 +93,26 @@ class FeatureView:
             words = np.frombuffer(obs.raw, dtype=np.int64)[self._word_index]
             return {name: words[start:stop].reshape(shape) for name, start, stop, shape in self._starts}
         rec = obs.record
-        return {s.name: np.array(rec[s.name], dtype=s.dtype).reshape(s.shape) for s in self.specs}
+        return {s.name: _finite(np.array(rec[s.name], dtype=s.dtype).reshape(s.shape)) for s in self.specs}
 
     def scalar(self, obs: Observation, name: str) -> int | float:
         """The first element of feature ``name``, read straight from the raw bytes (no record decode)."""
+        return self.tensor(obs, name, count=1)[0].item()
+
+    def tensor(self, obs: Observation, name: str, count: int | None = None) -> np.ndarray:
+        """Feature ``name`` flattened (its first ``count`` elements), a read-only view of the raw bytes."""
         dtype = self.header.layout.dtype.fields[name][0].base
-        return np.frombuffer(obs.raw, dtype=dtype, count=1, offset=self._offsets[name])[0].item()
+        count = self._elements[name] if count is None else count
+        return np.frombuffer(obs.raw, dtype=dtype, count=count, offset=self._offsets[name])
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    """``values`` with NaN replaced by 0 (and ±inf by the extreme finite values), in place. clang-22's eviction
+    advisor sends NaN in ``use_def_density`` for some candidates; a network's input, and what a gymnasium
+    ``Box`` contains, must be finite."""
+    if values.dtype.kind == "f":
+        np.nan_to_num(values, copy=False, nan=0.0)
+    return values
 
 
 class Problem(ABC):
@@ -171,6 +188,18 @@ class Problem(ABC):
         """Which actions are valid here (``None``: all of them)."""
         return None
 
+    def invalid_action(self, view: FeatureView, obs: Observation, action: Any) -> str | None:
+        """Why ``action`` must not reach the compiler here (``None``: it may). An eviction index the
+        mask rules out crashes clang, so the episode refuses it instead of sending it."""
+        mask = self.action_mask(view, obs)
+        if mask is None:
+            return None
+        index = int(action)
+        if 0 <= index < len(mask) and mask[index]:
+            return None
+        valid = np.flatnonzero(mask).tolist()
+        return f"{self.name}: action {index} is not valid at this decision (valid: {valid})"
+
     def encode_action(self, header: Header, action: Any) -> bytes:
         """The advice tensor's bytes for ``action``."""
         assert header.advice is not None
@@ -185,6 +214,21 @@ class Problem(ABC):
     @abstractmethod
     def reward(self, policy: Mapping[str, float], baseline: Mapping[str, float]) -> float:
         """The episode's reward: the policy's compile against the heuristic's."""
+
+
+class ObjectSizeObjective:
+    """Mixin for problems judged by object size, as MLGO: ``measure`` reads the Berkeley ``text``
+    (``.text*`` + ``.rodata*`` + ``.eh_frame`` + ``.gcc_except_table*``) and ``.text*`` of the object;
+    ``reward`` is ``1 - (policy_text + δ) / (heuristic_text + δ)`` with δ = ``self.delta``."""
+
+    delta: float = DEFAULT_DELTA
+
+    def measure(self, obj: bytes) -> Metrics:
+        sizes = object_sizes(obj)
+        return {"text_bytes": sizes.text_bytes, "dottext_bytes": sizes.dottext_bytes}
+
+    def reward(self, policy: Mapping[str, float], baseline: Mapping[str, float]) -> float:
+        return 1.0 - (policy["text_bytes"] + self.delta) / (baseline["text_bytes"] + self.delta)
 
 
 _REGISTRY: dict[str, type[Problem]] = {}

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from optgym.problems.base import FeatureView, Metrics, Problem, register
+from optgym.problems.base import DEFAULT_DELTA, FeatureView, ObjectSizeObjective, Problem, register
 from optgym.protocol import Observation, TensorSpec
-from optgym.toolchain.sizes import object_sizes
 
 if TYPE_CHECKING:
     from gymnasium import spaces
@@ -36,11 +35,10 @@ FEATURES = (
     "is_callee_avail_external", "is_caller_avail_external",
 )  # fmt: skip
 HEURISTIC = "inlining_default"
-DEFAULT_DELTA = 0.01
 
 
 @register
-class InlineSize(Problem):
+class InlineSize(ObjectSizeObjective, Problem):
     name = "inline-size"
     env_id = "optgym/InlineSize-v0"
     hook = "inliner"
@@ -83,10 +81,3 @@ class InlineSize(Problem):
         if "threshold" not in features or "cost_estimate" not in features:
             return None
         return np.abs(np.asarray(features["threshold"], np.float64) - np.asarray(features["cost_estimate"], np.float64))
-
-    def measure(self, obj: bytes) -> Metrics:
-        sizes = object_sizes(obj)
-        return {"text_bytes": sizes.text_bytes, "dottext_bytes": sizes.dottext_bytes}
-
-    def reward(self, policy: Mapping[str, float], baseline: Mapping[str, float]) -> float:
-        return 1.0 - (policy["text_bytes"] + self.delta) / (baseline["text_bytes"] + self.delta)

@@ -28,7 +28,7 @@ class EpisodeResult:
     """How one module's compile ended, with its metrics when it succeeded."""
 
     module: str
-    status: str  # "ok" or a failure status (compile_error, crash, timeout, protocol_error, …)
+    status: str  # "ok" or a failure status (compile_error, crash, timeout, protocol_error, invalid_action, …)
     detail: str = ""
     metrics: Metrics = field(default_factory=dict)
     decisions: int = 0
@@ -103,7 +103,17 @@ class Episode:
         return self._advance()
 
     def act(self, action: Any) -> Observation | None:
+        """Answer the pending decision; the next one, or ``None`` once the episode has ended. An action
+        the problem rules out (:meth:`Problem.invalid_action`) is never sent: the compile is stopped and
+        the episode ends with status ``invalid_action``."""
         assert self._compile.header is not None and self.observation is not None, "act() without a decision"
+        assert self.view is not None
+        why = self.problem.invalid_action(self.view, self.observation, action)
+        if why is not None:
+            self.observation = None
+            self.result = EpisodeResult(self.module.name, "invalid_action", why, decisions=self.decisions)
+            self.close()
+            return None
         self._compile.answer(self.problem.encode_action(self._compile.header, action))
         return self._advance()
 

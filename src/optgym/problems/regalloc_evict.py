@@ -1,0 +1,73 @@
+"""Register-allocation eviction for size: which live range the greedy allocator evicts, decided by the host.
+
+When the greedy register allocator finds no free register for a virtual register, clang-22's
+interactive eviction advisor (``-regalloc-enable-advisor=release`` with a channel base) sends one
+column per candidate: 32 physical registers of the allocation order, plus column 32, the virtual
+register being allocated itself. Each of the 20 features has shape ``[1, 33]`` (``mask`` says which
+candidates may be evicted at all); ``progress`` is the share of live ranges left. The host answers
+``index_to_evict``: a column whose ``mask`` is 1 — evict what occupies that register — or 32, evict
+nothing (the virtual register goes on to be split or spilled).
+
+The stream carries no answer of the default advisor, so the heuristic is measured, not replayed:
+the baseline is the plain compile (the default advisor, same flags). An index the mask rules out
+would crash clang (SIGSEGV); :meth:`~optgym.problems.base.Problem.invalid_action` stops it first.
+
+Objective, for optgym's size target: the object's Berkeley ``text``, rewarded as inline-size is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from optgym.problems.base import DEFAULT_DELTA, FeatureView, ObjectSizeObjective, Problem, register
+from optgym.protocol import Observation, TensorSpec
+
+if TYPE_CHECKING:
+    from gymnasium import spaces
+
+CANDIDATES = 33  # 32 physical registers + the virtual register being allocated
+NOTHING = CANDIDATES - 1  # column 32: evict nothing
+
+#: Per-candidate features of clang-22's eviction advisor (llvm/lib/CodeGen/MLRegAllocEvictAdvisor.cpp), in
+#: stream order, with their stream types.
+INT_FEATURES = ("mask", "is_free", "is_hint", "is_local", "max_stage", "min_stage")
+FEATURES = (
+    "mask", "is_free", "nr_urgent", "nr_broken_hints", "is_hint", "is_local", "nr_rematerializable",
+    "nr_defs_and_uses", "weighed_reads_by_max", "weighed_writes_by_max", "weighed_read_writes_by_max",
+    "weighed_indvars_by_max", "hint_weights_by_max", "start_bb_freq_by_max", "end_bb_freq_by_max",
+    "hottest_bb_freq_by_max", "liverange_size", "use_def_density", "max_stage", "min_stage",
+)  # fmt: skip
+PROGRESS = "progress"
+
+
+@register
+class RegallocEvict(ObjectSizeObjective, Problem):
+    name = "regalloc-evict"
+    env_id = "optgym/RegallocEvict-v0"
+    hook = "regalloc-evict"
+    advice_name = "index_to_evict"
+
+    def __init__(self, delta: float = DEFAULT_DELTA) -> None:
+        self.delta = delta
+
+    def channel_flags(self, base: str) -> list[str]:
+        return [
+            "-mllvm", "-regalloc-enable-advisor=release",
+            "-mllvm", f"-regalloc-evict-interactive-channel-base={base}",
+        ]  # fmt: skip
+
+    def expected_features(self) -> tuple[TensorSpec, ...]:
+        per_candidate = tuple(
+            TensorSpec(name, "int64_t" if name in INT_FEATURES else "float", (1, CANDIDATES)) for name in FEATURES
+        )
+        return (*per_candidate, TensorSpec(PROGRESS, "float", (1,)))
+
+    def action_space(self) -> spaces.Discrete:
+        from gymnasium import spaces  # not at import: the policy server never needs gymnasium
+
+        return spaces.Discrete(CANDIDATES)
+
+    def action_mask(self, view: FeatureView, obs: Observation) -> np.ndarray:
+        return view.tensor(obs, "mask") != 0
