@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 
 import optgym
+from optgym.policies import resolve_policy
+from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
 from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
 from optgym.rollout import plain_compile, rollout
 from optgym.rollout.rollout import DecisionPoint
+from optgym.toolchain import find_toolchain
 
 #: Many values live across a loop: at -Oz on x86-64 the greedy allocator runs out of free registers and
 #: asks the eviction advisor (the test corpora's small programs never do).
@@ -30,22 +33,16 @@ void pressure(long *a, int n) {
 """
 
 
+#: The default advisor's rule, roughly: evict what interferes with the lightest heaviest live range, unless the
+#: register being allocated is lighter still.
+START = CandidateScorer.initial("regalloc-evict")
+
+
 @pytest.fixture(scope="module")
 def pressure_corpus(toolchain, tmp_path_factory):
     from conftest import _corpus
 
     return _corpus(toolchain, tmp_path_factory.mktemp("pressure"), {"pressure": (".c", PRESSURE_SOURCE)})
-
-
-def lowest_weight(point: DecisionPoint) -> int:
-    """The default advisor's rule, roughly: evict the candidate whose heaviest interfering live range is
-    lightest, if lighter than the register being allocated; otherwise evict nothing."""
-    f = point.features()
-    weight = f["use_def_density"].ravel()
-    allowed = f["mask"].ravel() != 0
-    costs = np.where(allowed[:NOTHING], weight[:NOTHING], np.inf)
-    best = int(np.argmin(costs))
-    return NOTHING if allowed[NOTHING] and not costs[best] < weight[NOTHING] else best
 
 
 def test_stream_has_the_expected_features_and_masks(pressure_corpus, toolchain, no_leftovers):
@@ -54,7 +51,7 @@ def test_stream_has_the_expected_features_and_masks(pressure_corpus, toolchain, 
 
     def record(point: DecisionPoint) -> int:
         masks.append(point.features()["mask"].ravel().copy())
-        return lowest_weight(point)
+        return START(point)[0]
 
     out = rollout(problem, pressure_corpus["pressure"], toolchain, record)
     assert out.result.ok and out.result.decisions == len(masks) > 0
@@ -107,3 +104,43 @@ def test_env_step_with_a_masked_action_truncates_the_episode(pressure_corpus, no
     _, reward, terminated, truncated, info = env.step(invalid)
     assert truncated and not terminated and reward == 0.0 and info["status"] == "invalid_action"
     env.close()
+
+
+def test_the_starting_scorer_follows_its_rule(pressure_corpus, toolchain, no_leftovers):
+    problem = get_problem("regalloc-evict")
+    checked = []
+
+    def check(point: DecisionPoint) -> int:
+        f = point.features()
+        action = START(point)[0]
+        valid = f["mask"].ravel() != 0
+        weight = f["use_def_density"].ravel()
+        assert valid[action] and weight[action] == weight[valid].min()  # a lightest valid column, nothing else
+        checked.append(action)
+        return action
+
+    assert rollout(problem, pressure_corpus["pressure"], toolchain, check).result.ok
+    assert len(checked) > 0 and any(a != NOTHING for a in checked)
+
+
+def test_es_trains_a_scorer_that_evaluate_loads(pressure_corpus, tmp_path, no_leftovers):
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    run = tmp_path / "run"
+    args = ["train", "es", "--problem", "regalloc-evict", "--language", "C", "--corpus", str(pressure_corpus.root),
+            "-o", str(run), "--iterations", "2", "--directions", "2", "--sigma", "0.5", "-j", "1",
+            "--no-final-eval"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "4 compiles" in result.output  # 2 directions × 2 signs × 1 module, each iteration
+    scorer = resolve_policy(str(run)).build()
+    assert isinstance(scorer, CandidateScorer) and scorer.features == START.features
+    assert scorer.parameters().shape == START.parameters().shape
+    out = rollout(
+        get_problem("regalloc-evict"), pressure_corpus["pressure"], find_toolchain(("regalloc-evict",)), scorer
+    )
+    assert out.result.ok and out.result.decisions > 0
+    other = [*args[:-1], "--language", "C++", "-o", str(tmp_path / "none")]
+    assert "no modules to train on" in CliRunner().invoke(app, other).output

@@ -146,6 +146,11 @@ class Problem(ABC):
 
     hidden_features: ClassVar[tuple[str, ...]] = ()  # read by the problem, never shown to a policy
 
+    #: Problems whose action picks one of several candidates, each described by a column of every feature:
+    #: the per-feature weights a linear candidate scorer starts from (optgym.policies.scorer); ``None``: not such
+    #: a problem.
+    scorer_start: ClassVar[Mapping[str, float] | None] = None
+
     #: What each decision is about, by name, for offline tools: the optimization-record pass that writes
     #: one remark per decision and the remark argument naming the subject (see ``toolchain.remarks``).
     decision_subject: ClassVar[tuple[str, str] | None] = None

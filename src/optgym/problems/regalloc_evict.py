@@ -17,7 +17,8 @@ Objective, for optgym's size target: the object's Berkeley ``text``, rewarded as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -48,6 +49,12 @@ class RegallocEvict(ObjectSizeObjective, Problem):
     env_id = "optgym/RegallocEvict-v0"
     hook = "regalloc-evict"
     advice_name = "index_to_evict"
+
+    #: Where a candidate scorer starts (optgym.policies.scorer): the default advisor's rule, roughly — evict
+    #: what interferes with the lightest heaviest live range, unless the register being allocated is lighter.
+    scorer_start: ClassVar[Mapping[str, float]] = {
+        name: -1.0 if name == "use_def_density" else 0.0 for name in FEATURES if name != "mask"
+    }
 
     def __init__(self, delta: float = DEFAULT_DELTA) -> None:
         self.delta = delta

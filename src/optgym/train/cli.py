@@ -312,6 +312,10 @@ def es_command(
     timeout: Timeout = 120.0,
     final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
     resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
+    problem: Annotated[
+        str, typer.Option(help="decision problem (regalloc-evict trains a candidate scorer, no vocab)")
+    ] = "inline-size",
+    language: Annotated[str | None, typer.Option(help="train on only the C or only the C++ modules")] = None,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
@@ -332,7 +336,8 @@ def es_command(
                        vocab=str(vocab) if vocab else None, warmstart=str(warmstart) if warmstart else None,
                        iterations=iterations or 10, directions=directions, modules_per_iteration=modules_per_iteration,
                        sigma=sigma, learning_rate=learning_rate, workers=workers, snapshot_every=snapshot_every,
-                       seed=seed, timeout=timeout, final_eval=final_eval)  # fmt: skip
+                       seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
+                       language=language)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

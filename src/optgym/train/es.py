@@ -1,7 +1,9 @@
 """``optgym train es``: evolution strategies with antithetic sampling over whole-module compiles.
 
 MLGO's blackbox trainer, in numpy: the policy is the flat parameter vector θ of an
-:class:`~optgym.policies.mlp.MLPPolicy`. Each iteration
+:class:`~optgym.policies.mlp.MLPPolicy` — or, for a problem that picks one of several candidates
+(regalloc eviction), of a :class:`~optgym.policies.scorer.CandidateScorer`, which starts at the
+problem's own rule and needs no vocab. Each iteration
 
 1. draws ``n`` directions ε_i ~ N(0, I) (from ``seed + iteration``: a resumed run draws the same);
 2. compiles every module of the iteration with θ + σε_i and with θ − σε_i — one task per
@@ -36,7 +38,9 @@ from optgym.parallel.portable import (
     portable_path,
 )
 from optgym.policies.mlp import MLPPolicy
-from optgym.policies.trained import latest_snapshot, policy_dir_of
+from optgym.policies.scorer import CandidateScorer
+from optgym.policies.trained import Policy, latest_snapshot, load_policy_dir, policy_dir_of
+from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
 from optgym.train.run import (
     ProgressCSV,
@@ -71,6 +75,7 @@ class ESConfig:
     hidden: list[int] = field(default_factory=lambda: [64, 64])
     final_eval: bool = True
     problem: str = "inline-size"
+    language: str | None = None  # train on "C" or "C++" modules only
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,8 @@ class ESTask:
 
 
 @functools.lru_cache(maxsize=4)
-def _template(policy_dir: str) -> MLPPolicy:
-    return MLPPolicy.load(policy_dir)
+def _template(policy_dir: str) -> Policy:
+    return load_policy_dir(policy_dir)
 
 
 @functools.lru_cache(maxsize=4)
@@ -139,24 +144,29 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     from optgym.train.sb3 import _resolve_split, _vocab_path
 
     run = Path(cfg.output)
+    scored = problem_class(cfg.problem).scorer_start is not None  # a candidate scorer: no vocab
+    if cfg.language not in (None, "C", "C++"):
+        raise RunError(f"--language {cfg.language!r}: C or C++")
     if resume:
         prepare_run_dir(run, resume=True)
         write_config(run, "es", asdict(cfg))  # a resume may extend the budget (--iterations)
     else:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)  # type: ignore[arg-type]
-        cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
+        if not scored:
+            cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
         prepare_run_dir(run, resume=False)
         write_config(run, "es", asdict(cfg))
-    vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
-    corpus = list(Corpus(cfg.corpus, split=cfg.split))
+    corpus = [m for m in Corpus(cfg.corpus, split=cfg.split) if cfg.language in (None, m.family)]
+    if not corpus:
+        raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
     modules = [m.name for m in corpus]
     sources = dict(zip(modules, portable_modules(corpus, cfg.workers), strict=True))  # under Ray: by content
 
     # θ and the optimizer: from the latest snapshot, the warm start, or a fresh small network
     last = latest_snapshot(run) if resume else None
     if last is not None:
-        policy = MLPPolicy.load(last / "policy")
+        policy = load_policy_dir(last / "policy")
         with np.load(last / "es_state.npz") as z:
             theta = z["theta"].copy()
             adam = Adam(theta.size, cfg.learning_rate)
@@ -168,9 +178,11 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             found = policy_dir_of(Path(cfg.warmstart))
             if found is None:
                 raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
-            policy = MLPPolicy.load(found)
+            policy = load_policy_dir(found)
+        elif scored:
+            policy = CandidateScorer.initial(cfg.problem)
         else:
-            policy = MLPPolicy.initial(vocab, cfg.hidden, seed=cfg.seed, problem=cfg.problem)
+            policy = MLPPolicy.initial(Vocab.load(cfg.vocab), cfg.hidden, seed=cfg.seed, problem=cfg.problem)  # type: ignore[arg-type]
         theta = policy.parameters()
         adam = Adam(theta.size, cfg.learning_rate)
         iteration = 0
