@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import optgym
+from optgym.evaluate.evaluation import evaluate
 from optgym.policies import resolve_policy
 from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
@@ -142,5 +143,8 @@ def test_es_trains_a_scorer_that_evaluate_loads(pressure_corpus, tmp_path, no_le
         get_problem("regalloc-evict"), pressure_corpus["pressure"], find_toolchain(("regalloc-evict",)), scorer
     )
     assert out.result.ok and out.result.decisions > 0
+    rows = evaluate(str(run), pressure_corpus, problem="regalloc-evict", workers=1, progress=False)
+    assert [r.status for r in rows] == ["ok"] and rows[0].decisions == out.result.decisions
+    assert rows[0].policy_text == out.result.metrics["text_bytes"] and rows[0].never_text is None
     other = [*args[:-1], "--language", "C++", "-o", str(tmp_path / "none")]
     assert "no modules to train on" in CliRunner().invoke(app, other).output

@@ -84,7 +84,7 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
 
 
 def evaluate_module(task: _Task) -> ModuleRow:
-    """Worker: one module, heuristic vs policy (and never-inline for reference)."""
+    """Worker: one module, heuristic vs policy (and the problem's reference policy, never-inline for inlining)."""
     problem = get_problem(task.problem)
     toolchain = find_toolchain((problem.hook,))
     module = local_module(task.source)
@@ -92,13 +92,16 @@ def evaluate_module(task: _Task) -> ModuleRow:
     if not base.ok:
         return ModuleRow(task.module, None, None, None, None, None, None, 0, 0, base.compile_seconds,
                          f"heuristic {base.status}", base.detail)  # fmt: skip
-    reference = _Task(**{**task.__dict__, "policy": resolve_policy("never"), "transcript_dir": None})
-    never = _policy_result(problem, module, reference, toolchain)[0]
+    never_text = None
+    if problem.reference_policy is not None:
+        spec = resolve_policy(problem.reference_policy)
+        reference = _Task(**{**task.__dict__, "policy": spec, "transcript_dir": None})
+        never_text = _policy_result(problem, module, reference, toolchain)[0].metrics.get("text_bytes")
     result, differing = _policy_result(problem, module, task, toolchain)
     h = base.metrics
     if not result.ok:
         return ModuleRow(task.module, h["text_bytes"], None, h["dottext_bytes"], None,
-                         never.metrics.get("text_bytes"), None, result.decisions, differing,
+                         never_text, None, result.decisions, differing,
                          result.compile_seconds, result.status, result.detail)  # fmt: skip
     p = result.metrics
     return ModuleRow(
@@ -107,7 +110,7 @@ def evaluate_module(task: _Task) -> ModuleRow:
         policy_text=p["text_bytes"],
         heuristic_dottext=h["dottext_bytes"],
         policy_dottext=p["dottext_bytes"],
-        never_text=never.metrics.get("text_bytes"),
+        never_text=never_text,
         ratio=p["text_bytes"] / h["text_bytes"] if h["text_bytes"] else 1.0,
         decisions=result.decisions,
         decisions_differing=differing,

@@ -146,6 +146,10 @@ class Problem(ABC):
 
     hidden_features: ClassVar[tuple[str, ...]] = ()  # read by the problem, never shown to a policy
 
+    #: A simple policy (``optgym.rollout.simple``) every evaluation also compiles, for reference: never-inline
+    #: for inlining; ``None`` where no simple policy means anything (an eviction index is per decision).
+    reference_policy: ClassVar[str | None] = None
+
     #: Problems whose action picks one of several candidates, each described by a column of every feature:
     #: the per-feature weights a linear candidate scorer starts from (optgym.policies.scorer); ``None``: not such
     #: a problem.

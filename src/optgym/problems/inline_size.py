@@ -44,6 +44,7 @@ class InlineSize(ObjectSizeObjective, Problem):
     hook = "inliner"
     advice_name = "inlining_decision"
     hidden_features = (HEURISTIC,)
+    reference_policy = "never"
     decision_subject = ("inline-ml", "Callee")  # one remark per decision, in order (verified on clang-22)
 
     def __init__(self, delta: float = DEFAULT_DELTA, size_increase_threshold: int | None = 1000) -> None:
