@@ -34,6 +34,14 @@ def test_evaluate_never_vs_heuristic_json(corpus_dir, tmp_path):
     assert report["never_inline_text_bytes"] == report["policy_text_bytes"]
 
 
+def test_evaluate_one_language(corpus_dir, tmp_path):
+    out = optgym("evaluate", "--corpus", str(corpus_dir), "--language", "C", "-j", "1", "-o", str(tmp_path), "--json")
+    report = json.loads(out.stdout)
+    assert report["modules"] == 2 and report["language"] == "C"  # tree.c and leaf.c, not zoo.cpp
+    bad = optgym("evaluate", "--corpus", str(corpus_dir), "--language", "Fortran", check=False)
+    assert bad.returncode != 0 and "C or C++" in bad.stderr + bad.stdout
+
+
 def test_evaluate_heuristic_table(corpus_dir, tmp_path):
     out = optgym("evaluate", "--corpus", str(corpus_dir), "--parallel", "1", "--report", str(tmp_path)).stdout
     assert "1.0000" in next(line for line in out.splitlines() if "Berkeley text" in line)

@@ -166,6 +166,7 @@ def evaluate(
     report: Annotated[Path, typer.Option("--report", "-o", help="output directory")] = Path("report"),
     split: Annotated[str | None, typer.Option(help="train | test: the corpus's stored split")] = None,
     problem: Annotated[str, typer.Option(help="decision problem")] = "inline-size",
+    language: Annotated[str | None, typer.Option(help="only the C or only the C++ modules")] = None,
     workers: Workers = None,
     mode: Annotated[str, typer.Option(help="eval: greedy policy; collect: sampled")] = "eval",
     seed: Annotated[int, typer.Option(help="seed of stochastic policies")] = 0,
@@ -188,10 +189,17 @@ def evaluate(
 
     try:
         corpus_obj = Corpus(corpus, split=split)
+        modules = None
+        if language is not None:
+            if language not in ("C", "C++"):
+                _fail(f"--language {language!r}: C or C++")
+            modules = [m.name for m in corpus_obj if m.family == language]
+            if not modules:
+                _fail(f"{corpus} has no {language} modules (split {split})")
         factory = resolve_policy(policy)
         toolchain = find_toolchain((get_problem(problem).hook,))
-        rows = run_evaluation(policy, corpus_obj, problem=problem, workers=workers, mode=mode, seed=seed,
-                              timeout=timeout, progress=not json_out, transcript_dir=transcript)  # fmt: skip
+        rows = run_evaluation(policy, corpus_obj, problem=problem, modules=modules, workers=workers, mode=mode,
+                              seed=seed, timeout=timeout, progress=not json_out, transcript_dir=transcript)  # fmt: skip
         snapshots = None
         if all_snapshots:
             from optgym.evaluate import summarize
@@ -199,15 +207,16 @@ def evaluate(
 
             snapshots = []
             for snap in snapshot_dirs(Path(policy)):
-                snap_rows = run_evaluation(str(snap), corpus_obj, problem=problem, workers=workers, mode=mode,
-                                           seed=seed, timeout=timeout, progress=not json_out)  # fmt: skip
+                snap_rows = run_evaluation(str(snap), corpus_obj, problem=problem, modules=modules, workers=workers,
+                                           mode=mode, seed=seed, timeout=timeout, progress=not json_out)  # fmt: skip
                 snapshots.append({"snapshot": snap.name, **summarize(snap_rows)})
             if not snapshots:
                 _fail(f"{policy} has no snapshots (expected {policy}/snapshots/<iteration>/policy)")
     except OptgymError as e:
         _fail(str(e))
     identity = {"policy": policy, "policy_identity": factory.identity, "problem": problem, "mode": mode,
-                "corpus": str(corpus), "split": split, "compiler": toolchain.banner, "optgym": __version__}  # fmt: skip
+                "corpus": str(corpus), "split": split, "language": language, "compiler": toolchain.banner,
+                "optgym": __version__}  # fmt: skip
     result = write_report(report, rows, identity, snapshots)
     if json_out:
         print(json.dumps(result, indent=2, sort_keys=True))
