@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import optgym
-from optgym.evaluate.evaluation import evaluate
+from optgym.evaluate.evaluation import evaluate, summarize
 from optgym.policies import resolve_policy
 from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
@@ -146,5 +146,6 @@ def test_es_trains_a_scorer_that_evaluate_loads(pressure_corpus, tmp_path, no_le
     rows = evaluate(str(run), pressure_corpus, problem="regalloc-evict", workers=1, progress=False)
     assert [r.status for r in rows] == ["ok"] and rows[0].decisions == out.result.decisions
     assert rows[0].policy_text == out.result.metrics["text_bytes"] and rows[0].never_text is None
+    assert summarize(rows)["never_inline_text_bytes"] is None  # no never-inline row in the report
     other = [*args[:-1], "--language", "C++", "-o", str(tmp_path / "none")]
     assert "no modules to train on" in CliRunner().invoke(app, other).output

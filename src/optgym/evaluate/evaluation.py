@@ -146,7 +146,8 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
         "policy_text_bytes": p,
         "heuristic_dottext_bytes": hd,
         "policy_dottext_bytes": pd,
-        "never_inline_text_bytes": total("never_text"),
+        # None when the problem compiles no never-inline reference (eviction)
+        "never_inline_text_bytes": total("never_text") if any(r.never_text is not None for r in ok) else None,
         "total_ratio": p / h if h else None,
         # what a build with OPTGYM_GUARD=1 gets: per module the smaller of the policy's object and clang's
         "guarded_ratio": sum(min(r.policy_text, r.heuristic_text) for r in ok) / h if h else None,  # type: ignore[type-var]

@@ -64,7 +64,11 @@ def _markdown(report: dict[str, Any], rows: Sequence[ModuleRow], plots: list[str
         f"| {_fmt(report['total_ratio'])} |",
         f"| .text (bytes) | {report['heuristic_dottext_bytes']} | {report['policy_dottext_bytes']} "
         f"| {_fmt(report['dottext_ratio'])} |",
-        f"| never inline (bytes) | | {report['never_inline_text_bytes']} | |",
+        *(
+            [f"| never inline (bytes) | | {report['never_inline_text_bytes']} | |"]
+            if report["never_inline_text_bytes"] is not None
+            else []
+        ),
         f"| guarded (`OPTGYM_GUARD=1`: the smaller object per module) | | | {_fmt(report['guarded_ratio'])} |",
         "",
         f"Modules: {report['modules']} — improved {report['improved']}, regressed {report['regressed']} "
