@@ -25,7 +25,7 @@ import numpy as np
 from optgym.corpus.corpus import atomic_write_bytes
 from optgym.files import read_versioned
 from optgym.policies.mlp import PolicyFileError
-from optgym.problems import problem_class
+from optgym.problems import ProblemError, problem_class
 from optgym.rollout.rollout import DecisionPoint
 
 FORM = "candidate-scorer"
@@ -46,10 +46,9 @@ class CandidateScorer:
     @classmethod
     def initial(cls, problem: str, **kw: Any) -> CandidateScorer:
         """The problem's own starting rule (its ``scorer_start``), every other column feature at weight 0."""
-        cls_ = problem_class(problem)
-        start = getattr(cls_, "scorer_start", None)
+        start = problem_class(problem).scorer_start
         if start is None:
-            raise ValueError(f"{problem} has no candidate columns to score")
+            raise ProblemError(f"{problem} has no candidate columns to score")
         return cls(dict(start), problem=problem, **kw)
 
     def scores(self, features: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -37,7 +37,7 @@ def latest_snapshot(run: Path) -> Path | None:
     return snaps[-1] if snaps else None
 
 
-Policy = MLPPolicy | CandidateScorer
+TrainedPolicy = MLPPolicy | CandidateScorer
 
 
 def _holds_policy(path: Path) -> bool:
@@ -58,17 +58,17 @@ def policy_dir_of(path: Path) -> Path | None:
     return None
 
 
-def load_policy_dir(path: Path | str) -> Policy:
+def load_policy_dir(path: Path | str) -> TrainedPolicy:
     """The policy in directory ``path``, of whichever form it was saved in."""
     return CandidateScorer.load(path) if is_scorer_dir(Path(path)) else MLPPolicy.load(path)
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path: str, stamp: int) -> Policy:
+def _load_cached(path: str, stamp: int) -> TrainedPolicy:
     return load_policy_dir(path)
 
 
-def load_policy(path: str, seed: int | None = None) -> Policy:
+def load_policy(path: str, seed: int | None = None) -> TrainedPolicy:
     """Builder run inside workers: the greedy policy (``.stochastic(seed)`` samples).
 
     Loading costs ~10 ms (vocab, normalizer tables), as much as compiling a small module, so a

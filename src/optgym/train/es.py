@@ -39,7 +39,7 @@ from optgym.parallel.portable import (
 )
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer
-from optgym.policies.trained import Policy, latest_snapshot, load_policy_dir, policy_dir_of
+from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
 from optgym.train.run import (
@@ -90,7 +90,7 @@ class ESTask:
 
 
 @functools.lru_cache(maxsize=4)
-def _template(policy_dir: str) -> Policy:
+def _template(policy_dir: str) -> TrainedPolicy:
     return load_policy_dir(policy_dir)
 
 
