@@ -230,7 +230,8 @@ class ObjectSizeObjective:
     (``.text*`` + ``.rodata*`` + ``.eh_frame`` + ``.gcc_except_table*``) and ``.text*`` of the object;
     ``reward`` is ``1 - (policy_text + δ) / (heuristic_text + δ)`` with δ = ``self.delta``."""
 
-    delta: float = DEFAULT_DELTA
+    def __init__(self, delta: float = DEFAULT_DELTA) -> None:
+        self.delta = delta
 
     def measure(self, obj: bytes) -> Metrics:
         sizes = object_sizes(obj)

@@ -51,7 +51,7 @@ class InlineSize(ObjectSizeObjective, Problem):
         """``delta`` is MLGO's reward smoothing. ``size_increase_threshold`` lifts the ML advisor's
         stop-once-size-doubles rule, which differs from the heuristic at -O1..-O3 (not at -Os/-Oz);
         ``None`` keeps clang's default."""
-        self.delta = delta
+        super().__init__(delta)
         self.size_increase_threshold = size_increase_threshold
 
     def channel_flags(self, base: str) -> list[str]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from optgym.problems.base import DEFAULT_DELTA, FeatureView, ObjectSizeObjective, Problem, register
+from optgym.problems.base import FeatureView, ObjectSizeObjective, Problem, register
 from optgym.protocol import Observation, TensorSpec
 
 if TYPE_CHECKING:
@@ -55,9 +55,6 @@ class RegallocEvict(ObjectSizeObjective, Problem):
     scorer_start: ClassVar[Mapping[str, float]] = {
         name: -1.0 if name == "use_def_density" else 0.0 for name in FEATURES if name != "mask"
     }
-
-    def __init__(self, delta: float = DEFAULT_DELTA) -> None:
-        self.delta = delta
 
     def channel_flags(self, base: str) -> list[str]:
         return [
