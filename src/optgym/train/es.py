@@ -147,19 +147,16 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     scored = problem_class(cfg.problem).scorer_start is not None  # a candidate scorer: no vocab
     if cfg.language not in (None, "C", "C++"):
         raise RunError(f"--language {cfg.language!r}: C or C++")
-    if resume:
-        prepare_run_dir(run, resume=True)
-        write_config(run, "es", asdict(cfg))  # a resume may extend the budget (--iterations)
-    else:
+    if not resume:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)  # type: ignore[arg-type]
         if not scored:
             cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
-        prepare_run_dir(run, resume=False)
-        write_config(run, "es", asdict(cfg))
     corpus = [m for m in Corpus(cfg.corpus, split=cfg.split) if cfg.language in (None, m.family)]
-    if not corpus:
+    if not corpus:  # before the run directory exists: a refused run leaves nothing behind
         raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
+    prepare_run_dir(run, resume=resume)
+    write_config(run, "es", asdict(cfg))  # a resume may extend the budget (--iterations)
     modules = [m.name for m in corpus]
     sources = dict(zip(modules, portable_modules(corpus, cfg.workers), strict=True))  # under Ray: by content
 
