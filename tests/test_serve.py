@@ -196,11 +196,11 @@ def test_memoized_answers_compile_the_same_object(vocab_path, tmp_path):
         return (tmp_path / name).read_bytes()
 
     cold = compile_("cold.o")
-    remembered = len(server.memo or {})
+    remembered = len(server.served[0].memo or {})
     assert remembered > 0
     warm = compile_("warm.o")
-    assert len(server.memo or {}) == remembered  # every answer came from the memo
-    server.memo = None
+    assert len(server.served[0].memo or {}) == remembered  # every answer came from the memo
+    server.served[0].memo = None
     assert compile_("plain.o") == cold == warm
 
 

@@ -177,8 +177,15 @@ def evaluate(
     all_snapshots: Annotated[
         bool, typer.Option("--all-snapshots", help="POLICY is a run: evaluate every snapshot too (the snapshot curve)")
     ] = False,
+    with_: Annotated[
+        list[str] | None,
+        typer.Option("--with", help="PROBLEM=POLICY: another problem of the same compiles decided by this policy"),
+    ] = None,
 ) -> None:
-    """Compile a corpus with a policy and with clang's heuristic; write report.json, modules.csv, report.md, plots."""
+    """Compile a corpus with a policy and with clang's heuristic; write report.json, modules.csv, report.md, plots.
+
+    With ``--with regalloc-evict=POLICY`` the policy's compiles also have their register allocation
+    decided by POLICY, and the comparison is both policies together against clang alone."""
     from optgym import __version__
     from optgym.corpus import Corpus
     from optgym.errors import OptgymError
@@ -197,10 +204,18 @@ def evaluate(
             modules = [m.name for m in corpus_obj if m.family == language]
             if not modules:
                 _fail(f"{corpus} has no {language} modules (split {split})")
-        factory = resolve_policy(policy)
-        toolchain = find_toolchain((get_problem(problem).hook,))
+        factory = resolve_policy(policy, problem)
+        companions = []
+        for item in with_ or ():
+            name, sep, spec = item.partition("=")
+            if not sep or not spec:
+                _fail(f"--with {item!r}: PROBLEM=POLICY, e.g. regalloc-evict=pretrained")
+            companions.append((name, spec))
+        hooks = [get_problem(name).hook for name in (problem, *(name for name, _ in companions))]
+        toolchain = find_toolchain(tuple(hooks))
         rows = run_evaluation(policy, corpus_obj, problem=problem, modules=modules, workers=workers, mode=mode,
-                              seed=seed, timeout=timeout, progress=not json_out, transcript_dir=transcript)  # fmt: skip
+                              seed=seed, timeout=timeout, progress=not json_out, transcript_dir=transcript,
+                              companions=companions)  # fmt: skip
         snapshots = None
         if all_snapshots:
             from optgym.evaluate import summarize
@@ -216,6 +231,7 @@ def evaluate(
     except OptgymError as e:
         _fail(str(e))
     identity = {"policy": policy, "policy_identity": factory.identity, "problem": problem, "mode": mode,
+                "with": {name: resolve_policy(spec, name).identity for name, spec in companions},
                 "corpus": str(corpus), "split": split, "language": language, "compiler": toolchain.banner,
                 "optgym": __version__}  # fmt: skip
     result = write_report(report, rows, identity, snapshots)

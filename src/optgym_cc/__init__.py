@@ -9,8 +9,13 @@ gone when idle) and exits with clang's status. stdout, stderr and the outputs ar
 failure of the policy or the server falls back to a plain compile with one warning line on stderr,
 unless ``OPTGYM_STRICT=1`` makes it an error.
 
+Two decisions of a compile can be served, each by its own policy over its own channel: inlining
+(``OPTGYM_POLICY``) and register allocation's eviction (``OPTGYM_EVICT_POLICY``). A compile whose
+policies are all ``heuristic`` is clang's own and never reaches the server.
+
 Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…;
 default ``pretrained``, the policy shipped in the package, or ``heuristic`` where none is shipped),
+``OPTGYM_EVICT_POLICY`` (the same for eviction: ``heuristic`` is clang's default advisor),
 ``OPTGYM_SERVE_OPT`` (the ``-O`` levels served, default ``z,s``), ``OPTGYM_STRICT``, ``OPTGYM_GUARD=1``
 (clang's own compile runs beside the policy's and the smaller object is kept: no object larger than
 clang's, for a second compile's CPU),
@@ -31,16 +36,28 @@ import sys
 
 #: Bumped whenever the launcher↔server messages change: part of the server's socket name, so a
 #: launcher never talks to a server of another version that is still idling.
-PROTOCOL = "2"
+PROTOCOL = "3"
 
-#: The policy shipped inside the optgym package (``--policy pretrained``): the default when it is there.
-PRETRAINED = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "policies", "pretrained",
-                          "inline-size.onnx")  # fmt: skip
+PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "policies", "pretrained")
+#: The decisions a launcher can serve, in the order the compiler meets them: (problem, the environment
+#: variable naming its policy, the file of the policy shipped for it inside the optgym package).
+CHANNELS = (
+    ("inline-size", "OPTGYM_POLICY", os.path.join(PRETRAINED_DIR, "inline-size.onnx")),
+    ("regalloc-evict", "OPTGYM_EVICT_POLICY", os.path.join(PRETRAINED_DIR, "regalloc-evict", "policy.json")),
+)
+#: The shipped inliner policy (``--policy pretrained``).
+PRETRAINED = CHANNELS[0][2]
 
 
-def default_policy() -> str:
-    """``pretrained`` when the package ships it (one ``stat``), else clang's own ``heuristic``."""
-    return "pretrained" if os.path.isfile(PRETRAINED) else "heuristic"
+def default_policy(shipped: str = PRETRAINED) -> str:
+    """``pretrained`` when the package ships the policy (one ``stat``), else clang's own ``heuristic``."""
+    return "pretrained" if os.path.isfile(shipped) else "heuristic"
+
+
+def chosen_policies() -> list[tuple[str, str]]:
+    """``(problem, policy spec)`` of every decision this build serves: those not left to clang."""
+    chosen = [(problem, os.environ.get(variable) or default_policy(shipped)) for problem, variable, shipped in CHANNELS]
+    return [(problem, spec) for problem, spec in chosen if spec != "heuristic"]
 
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
@@ -141,26 +158,31 @@ def _sha256_hex(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
-def _server_socket(policy: str, clang: str) -> str:
-    """The socket of the server for this policy, toolchain, interpreter and protocol.
+def _server_socket(policies: list[tuple[str, str]], clang: str) -> str:
+    """The socket of the server for these policies, toolchain, interpreter and protocol.
 
     Keyed by clang's *directory*, not the driver: ``optgym-cc`` and ``optgym-c++`` of one build share
     one server (it runs whichever driver the request names), so a C/C++ project loads the policy once.
     The interpreter is part of the key, so both ends speak the same ``marshal``.
     """
-    ident = [PROTOCOL, policy, os.path.dirname(clang), sys.executable]
-    path = PRETRAINED if policy == "pretrained" else policy  # a replaced shipped file gets a new server too
-    if os.path.exists(path):
-        st = os.stat(path)
-        ident += [os.path.realpath(path), str(st.st_ino), str(st.st_mtime_ns)]
+    ident = [PROTOCOL, os.path.dirname(clang), sys.executable]
+    shipped = {problem: path for problem, _, path in CHANNELS}
+    for problem, spec in policies:
+        ident += [problem, spec]
+        path = shipped[problem] if spec == "pretrained" else spec  # a replaced shipped file gets a new server too
+        if os.path.exists(path):
+            st = os.stat(path)
+            ident += [os.path.realpath(path), str(st.st_ino), str(st.st_mtime_ns)]
     return os.path.join(_runtime_root(), f"serve-{_sha256_hex(chr(0).join(ident).encode())[:16]}.sock")
 
 
-def _spawn_server(path: str, policy: str, lock_fd: int) -> int:
+def _spawn_server(path: str, policies: list[tuple[str, str]], lock_fd: int) -> int:
     """Start the policy server in its own session, handing it ``lock_fd`` (held for its whole life)."""
     log = path[: -len(".sock")] + ".log"
     with open(log, "ab") as log_file:
-        argv = [sys.executable, "-m", "optgym.serve.server", "--socket", path, "--policy", policy]
+        (problem, policy), *others = policies
+        argv = [sys.executable, "-m", "optgym.serve.server", "--socket", path, "--problem", problem, "--policy", policy]
+        argv += [arg for other, spec in others for arg in ("--with", f"{other}={spec}")]
         argv += ["--idle", os.environ.get("OPTGYM_SERVER_IDLE", "60"), "--lock-fd", str(lock_fd)]
         stdio = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -176,8 +198,8 @@ def _spawn_server(path: str, policy: str, lock_fd: int) -> int:
             os.set_inheritable(lock_fd, False)
 
 
-def _connect(policy: str, clang: str):  # -> _socket.socket
-    """A connection to this policy's server, starting the server if none is listening.
+def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
+    """A connection to these policies' server, starting the server if none is listening.
 
     Exactly one server starts, however many compiles of a parallel build arrive at once: the one
     launcher that takes ``serve-….lock`` (``flock``) spawns it and hands it the lock, which it holds
@@ -186,7 +208,7 @@ def _connect(policy: str, clang: str):  # -> _socket.socket
     """
     import _socket
 
-    path = _server_socket(policy, clang)
+    path = _server_socket(policies, clang)
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -207,7 +229,7 @@ def _connect(policy: str, clang: str):  # -> _socket.socket
                 except BlockingIOError:
                     pass  # a server is starting (or exiting): wait for its socket, or for the lock
                 else:
-                    pid = _spawn_server(path, policy, lock_fd)
+                    pid = _spawn_server(path, policies, lock_fd)
             try:
                 sock.connect(path)
                 return sock
@@ -223,13 +245,13 @@ def _connect(policy: str, clang: str):  # -> _socket.socket
     raise OSError(f"the policy server did not answer within 60 s (log: {path[: -len('.sock')]}.log)")
 
 
-def _serve(clang: str, args: list[str], policy: str) -> dict:
+def _serve(clang: str, args: list[str], policies: list[tuple[str, str]]) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
     and wait for its one reply, read to the end of the connection."""
     import _socket
     import marshal
 
-    sock = _connect(policy, clang)
+    sock = _connect(policies, clang)
     request = marshal.dumps({"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)})
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
     sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
@@ -248,13 +270,14 @@ def _serve(clang: str, args: list[str], policy: str) -> dict:
 def _main(driver: str) -> None:
     clang = _clang(driver)
     args = sys.argv[1:]
-    policy = os.environ.get("OPTGYM_POLICY") or default_policy()
+    policies = chosen_policies()
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
-    if policy == "heuristic" or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
+    if not policies or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
+    policy = " + ".join(spec if problem == "inline-size" else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        reply = _serve(clang, args, policy)
+        reply = _serve(clang, args, policies)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if reply.get("warning"):

@@ -111,7 +111,7 @@ def diff_module(policy: str, module: Module, problem: str = "inline-size", seed:
     """Compile ``module`` with the heuristic and with ``policy``, recording remarks, and diff them."""
     prob = get_problem(problem)
     toolchain = find_toolchain((prob.hook,))
-    factory = resolve_policy(policy)
+    factory = resolve_policy(policy, problem)
     chosen = factory.build(seed=seed) if factory.stochastic else factory.build()
     workdir = private_dir()
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
+from optgym.errors import OptgymError
 from optgym.parallel import TaskFailed, run_tasks
 from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
@@ -59,14 +60,16 @@ class _Task:
     seed: int
     timeout: float
     transcript_dir: str | None = None  # record exchanges there (bypasses the cache: a hit records nothing)
+    companions: tuple[tuple[str, PolicyFactory], ...] = ()  # other problems of the compile, and their policies
 
 
 def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> tuple[EpisodeResult, int]:
     """The policy's compile of ``module`` and how many decisions differed from the heuristic (cached)."""
     cache = ResultCache("evaluate")
     seed_part = str(task.seed) if task.mode == "collect" or task.policy.stochastic else ""
+    with_part = [f"{name}={factory.identity}" for name, factory in task.companions]
     key = cache.key([task.policy.identity, task.mode, seed_part, module.digest, problem.name,
-                     *problem.compile_flags(), toolchain.identity])  # fmt: skip
+                     *problem.compile_flags(), toolchain.identity, *with_part])  # fmt: skip
     if task.transcript_dir is None and (hit := cache.get(key)) is not None:
         return EpisodeResult(**hit["result"]), hit["differing"]
     policy = task.policy.build(seed=task.seed) if task.policy.stochastic else task.policy.build()
@@ -76,7 +79,9 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
     if task.transcript_dir is not None:
         Path(task.transcript_dir).mkdir(parents=True, exist_ok=True)
         transcript = Path(task.transcript_dir) / f"{module.name.replace('/', '_')}.transcript"
-    run = rollout(problem, module, toolchain, policy, timeout=task.timeout, transcript=transcript)
+    companions = [(get_problem(name), factory.build()) for name, factory in task.companions]
+    run = rollout(problem, module, toolchain, policy, timeout=task.timeout, transcript=transcript,
+                  companions=companions)  # fmt: skip
     differing = int((run.trajectory.actions != run.trajectory.heuristic).sum())
     if run.result.ok:
         cache.put(key, {"result": asdict(run.result), "differing": differing})
@@ -86,7 +91,7 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
 def evaluate_module(task: _Task) -> ModuleRow:
     """Worker: one module, heuristic vs policy (and the problem's reference policy, never-inline for inlining)."""
     problem = get_problem(task.problem)
-    toolchain = find_toolchain((problem.hook,))
+    toolchain = find_toolchain((problem.hook, *(get_problem(name).hook for name, _ in task.companions)))
     module = local_module(task.source)
     base = baseline(problem, module, toolchain, timeout=task.timeout)
     if not base.ok:
@@ -170,16 +175,29 @@ def evaluate(
     timeout: float = DEFAULT_TIMEOUT,
     progress: bool = True,
     transcript_dir: Path | None = None,
+    companions: Sequence[tuple[str, str]] = (),
 ) -> list[ModuleRow]:
-    """Every module of ``corpus`` (or just ``modules``) compiled with ``policy`` vs the heuristic."""
+    """Every module of ``corpus`` (or just ``modules``) compiled with ``policy`` vs the heuristic.
+
+    ``companions`` — ``(problem, policy spec)`` pairs — decide other problems of the policy's compiles
+    (a trained eviction policy beside an inliner): the comparison is then the policies together against
+    clang alone. Deterministic companions only: a greedy policy's compile is cached as one result."""
     if mode not in ("eval", "collect"):
         raise ValueError(f"mode must be 'eval' or 'collect', got {mode!r}")
     corpus = corpus if isinstance(corpus, Corpus) else Corpus(corpus)
-    factory = portable_policy(resolve_policy(policy), workers)  # under Ray, a policy directory travels too
+    factory = portable_policy(resolve_policy(policy, problem), workers)  # under Ray, a policy directory travels too
     names = list(modules) if modules is not None else [m.name for m in corpus]
     transcripts = str(transcript_dir) if transcript_dir else None
+    if transcripts and companions:
+        raise OptgymError("a transcript records one channel: evaluate without --with to record one")
+    with_policies = tuple((get_problem(name).name, portable_policy(resolve_policy(spec, name), workers))
+                          for name, spec in companions)  # fmt: skip
+    if any(factory.stochastic for _, factory in with_policies):
+        raise OptgymError("a companion policy must be deterministic (random:SEED, not random)")
+    if len({problem, *(name for name, _ in with_policies)}) != 1 + len(with_policies):
+        raise OptgymError(f"each problem is decided once: {problem} with {[name for name, _ in with_policies]}")
     sources = portable_modules([corpus.module(n) for n in names], workers)
-    tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts)
+    tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts, with_policies)
              for i, (n, source) in enumerate(zip(names, sources, strict=True))]  # fmt: skip
     rows: list[ModuleRow | None] = [None] * len(tasks)
     totals = {"h": 0, "p": 0}

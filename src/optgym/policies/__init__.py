@@ -4,9 +4,10 @@ Every command that takes ``--policy`` resolves the spec here into a picklable :c
 it travels to worker processes, where :meth:`PolicyFactory.build` makes the policy *inside* the
 worker (no per-decision round trip to the parent), and its :attr:`PolicyFactory.identity` keys caches.
 
-Specs: ``heuristic``, ``never``, ``always``, ``random`` (``random:SEED``), ``pretrained`` (the exported
-policy shipped inside the package, :data:`PRETRAINED`, with its provenance beside it); trained policies
-(run directories, snapshots, exported files) register a resolver with :func:`register_resolver`.
+Specs: ``heuristic``, ``never``, ``always``, ``random`` (``random:SEED``), ``pretrained`` (the policy
+shipped inside the package for the problem at hand — :data:`PRETRAINED` for inlining — with its
+provenance beside it); trained policies (run directories, snapshots, exported files) register a
+resolver with :func:`register_resolver`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,21 @@ class PolicyError(OptgymError):
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 PRETRAINED = PRETRAINED_DIR / "inline-size.onnx"
 PRETRAINED_PROVENANCE = PRETRAINED_DIR / "inline-size.provenance.json"
+#: Each problem's shipped policy, by file name in PRETRAINED_DIR (eviction's: a candidate scorer's directory).
+PRETRAINED_NAMES = {"inline-size": PRETRAINED.name, "regalloc-evict": "regalloc-evict"}
+
+
+def pretrained_path(problem: str = "inline-size") -> Path:
+    """Where the policy shipped for ``problem`` lives (it may be missing: see :func:`resolve_policy`)."""
+    name = PRETRAINED_NAMES.get(problem)
+    if name is None:
+        raise PolicyError(f"optgym ships no pretrained policy for {problem} (it ships: {', '.join(PRETRAINED_NAMES)})")
+    return PRETRAINED_DIR / name
+
+
+def pretrained_provenance(problem: str = "inline-size") -> Path:
+    """The provenance (JSON: data, command, compiler, figures) beside ``problem``'s shipped policy."""
+    return PRETRAINED_DIR / f"{problem}.provenance.json"
 
 
 @dataclass(frozen=True)
@@ -73,8 +89,8 @@ def file_identity(path: Path) -> str:
     return h.hexdigest()
 
 
-def resolve_policy(spec: str) -> PolicyFactory:
-    """The factory for ``spec`` (see the module doc); a clear error if it names nothing."""
+def resolve_policy(spec: str, problem: str = "inline-size") -> PolicyFactory:
+    """The factory for ``spec`` (see the module doc) deciding ``problem``; a clear error if it names nothing."""
     name, _, arg = spec.partition(":")
     if name == "random":
         return (
@@ -85,9 +101,10 @@ def resolve_policy(spec: str) -> PolicyFactory:
     if name in SIMPLE_POLICIES:
         return PolicyFactory(spec, name, _simple, (name,))
     if spec == "pretrained":
-        if not PRETRAINED.is_file():
-            raise PolicyError(f"this optgym ships no pretrained policy ({PRETRAINED} is missing)")
-        spec = str(PRETRAINED)
+        shipped = pretrained_path(problem)
+        if not shipped.exists():
+            raise PolicyError(f"this optgym ships no pretrained {problem} policy ({shipped} is missing)")
+        spec = str(shipped)
     path = Path(spec)
     if path.exists():
         for resolver in _RESOLVERS:
@@ -100,10 +117,13 @@ def resolve_policy(spec: str) -> PolicyFactory:
 
 __all__ = [
     "PRETRAINED",
+    "PRETRAINED_NAMES",
     "PRETRAINED_PROVENANCE",
     "PolicyError",
     "PolicyFactory",
     "file_identity",
+    "pretrained_path",
+    "pretrained_provenance",
     "register_resolver",
     "resolve_policy",
 ]

@@ -51,6 +51,11 @@ class CandidateScorer:
             raise ProblemError(f"{problem} has no candidate columns to score")
         return cls(dict(start), problem=problem, **kw)
 
+    @property
+    def feature_names(self) -> list[str]:
+        """Every feature the scorer reads (its columns and the mask): a compiler must send them all."""
+        return [*self.features, self.mask]
+
     def scores(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         """Every column's score, ``-inf`` where the mask rules the column out."""
         columns = np.stack([np.asarray(features[f], dtype=np.float64).ravel() for f in self.features])

@@ -123,6 +123,9 @@ class Problem(ABC):
     compiler: ClassVar[str] = "clang"
     hook: ClassVar[str]  # the toolchain hook it needs (see optgym.toolchain.llvm.HOOKS)
     advice_name: ClassVar[str]  # the advice tensor the compiler reads
+    #: Whether each decision's stream carries the compiler heuristic's own answer (``heuristic_action``):
+    #: where it does, a host can always send clang's answer instead of a policy's, byte-identically.
+    heuristic_in_stream: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         if options:

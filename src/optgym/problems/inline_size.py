@@ -44,6 +44,7 @@ class InlineSize(ObjectSizeObjective, Problem):
     hook = "inliner"
     advice_name = "inlining_decision"
     hidden_features = (HEURISTIC,)
+    heuristic_in_stream = True  # -inliner-interactive-include-default
     reference_policy = "never"
     decision_subject = ("inline-ml", "Callee")  # one remark per decision, in order (verified on clang-22)
 

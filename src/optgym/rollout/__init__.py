@@ -1,10 +1,11 @@
 """Compiling one module with host-made decisions: the step-level :class:`Episode` and :func:`rollout`."""
 
-from optgym.rollout.episode import DEFAULT_TIMEOUT, Episode, EpisodeResult, baseline, plain_compile
+from optgym.rollout.episode import DEFAULT_TIMEOUT, Companion, Episode, EpisodeResult, baseline, plain_compile
 from optgym.rollout.rollout import DecisionPoint, Policy, RolloutResult, Trajectory, rollout
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "Companion",
     "DecisionPoint",
     "Episode",
     "EpisodeResult",

@@ -7,10 +7,12 @@ Both the gymnasium env (one ``step`` per decision, a policy outside) and the in-
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
 
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
@@ -40,6 +42,42 @@ class EpisodeResult:
         return self.status == "ok"
 
 
+class DecisionPoint:
+    """What a policy sees at one decision; feature views are computed only when asked for."""
+
+    __slots__ = ("_obs", "_view", "heuristic", "index", "language")
+
+    def __init__(
+        self, view: FeatureView, obs: Observation, heuristic: int | None, index: int, language: str | None = None
+    ) -> None:
+        self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
+        self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
+
+    def vector(self) -> np.ndarray:
+        """Visible features flattened to float32, in the problem's feature order."""
+        return self._view.vector(self._obs)
+
+    def features(self) -> dict[str, np.ndarray]:
+        return self._view.as_dict(self._obs)
+
+    def stream_features(self) -> dict[str, np.ndarray]:
+        """Every tensor the compiler sent at this decision, by name — also those the problem does not read
+        (IR2Vec embeddings when clang is given a vocabulary); decoded on each call, so not for the hot path."""
+        return self._obs.as_dict()
+
+    @property
+    def raw(self) -> bytes:
+        return self._obs.raw
+
+
+#: A policy: the action for a decision point, optionally with its log-probability.
+Policy = Callable[[DecisionPoint], int | tuple[int, float]]
+
+
+#: A policy that answers another decision problem of the same compile, in this process.
+Companion = tuple[Problem, Policy]
+
+
 class Episode:
     """Compile ``module`` with ``problem``'s decisions answered through :meth:`act`.
 
@@ -47,6 +85,11 @@ class Episode:
     no decisions, or a failure — see :attr:`result`). Each ``act(action)`` returns the next one,
     ``None`` after the last. ``keep_object`` copies the object there when the compile succeeds;
     ``extra_flags`` are added to the compile (optimization remarks, say).
+
+    ``companions`` are other decision problems of the same compile, each answered by its own policy
+    (a :data:`optgym.rollout.rollout.Policy`) without surfacing here: an inlining episode whose register
+    allocation a trained eviction policy decides, or the reverse. Their decisions are counted in
+    :attr:`decisions` too; an answer a companion's problem rules out ends the episode as ``act`` does.
 
     The compiler writes its object to stdout, an anonymous temporary file: the object never has a
     name on disk, so not even a host killed with SIGKILL leaves it behind.
@@ -62,13 +105,25 @@ class Episode:
         transcript: Path | None = None,
         keep_object: Path | None = None,
         extra_flags: Sequence[str] = (),
+        companions: Sequence[Companion] = (),
     ) -> None:
         self.problem, self.module, self.toolchain = problem, module, toolchain
         self.keep_object = keep_object
         self._object = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        extra = [*problem.compile_flags(), *extra_flags]
+        problems = [problem, *(p for p, _ in companions)]
+        self._policies = [None, *(policy for _, policy in companions)]
+        self._views: list[FeatureView | None] = [None] * len(problems)
+        self._indices = [0] * len(problems)  # decisions so far, per channel
+        extra = [*(f for p in problems for f in p.compile_flags()), *extra_flags]
+
+        def argv(*bases: str) -> list[str]:
+            channels = [f for p, base in zip(problems, bases, strict=True) for f in p.channel_flags(base)]
+            return module.argv(toolchain.clang, [*extra, *channels], "-")
+
+        self._problems = problems
         self._compile = interactive.InteractiveCompile(
-            lambda base: module.argv(toolchain.clang, [*extra, *problem.channel_flags(base)], "-"),
+            argv,
+            channels=len(problems),
             timeout=timeout,
             transcript=transcript,
             meta={"module": module.name, "problem": problem.name, "compiler": toolchain.banner},
@@ -93,13 +148,7 @@ class Episode:
         return self._compile.decisions
 
     def begin(self) -> Observation | None:
-        header = self._compile.start()
-        if header is not None:
-            try:
-                self.view = self.problem.view(header)
-            except Exception:
-                self.close()
-                raise
+        self._compile.start()
         return self._advance()
 
     def act(self, action: Any) -> Observation | None:
@@ -108,24 +157,57 @@ class Episode:
         the episode ends with status ``invalid_action``."""
         assert self._compile.header is not None and self.observation is not None, "act() without a decision"
         assert self.view is not None
-        why = self.problem.invalid_action(self.view, self.observation, action)
-        if why is not None:
-            self.observation = None
-            self.result = EpisodeResult(self.module.name, "invalid_action", why, decisions=self.decisions)
-            self.close()
+        if not self._answer(self.problem, self.view, self.observation, action):
             return None
-        self._compile.answer(self.problem.encode_action(self._compile.header, action))
         return self._advance()
 
     def heuristic_action(self) -> int | None:
         assert self.view is not None and self.observation is not None
         return self.problem.heuristic_action(self.view, self.observation)
 
+    def _answer(self, problem: Problem, view: FeatureView, obs: Observation, action: Any) -> bool:
+        """Send ``action`` on the current channel; ``False`` (the episode ended) if ``problem`` rules it out."""
+        why = problem.invalid_action(view, obs, action)
+        if why is not None:
+            self.observation = None
+            self.result = EpisodeResult(self.module.name, "invalid_action", why, decisions=self.decisions)
+            self.close()
+            return False
+        header = self._compile.header
+        assert header is not None
+        self._compile.answer(problem.encode_action(header, action))
+        return True
+
     def _advance(self) -> Observation | None:
-        self.observation = None if self._compile.outcome else self._compile.next_observation()
-        if self.observation is None:
-            self._conclude()
-        return self.observation
+        """The next decision of this episode's problem, answering the companions' on the way."""
+        compile_ = self._compile
+        while True:
+            self.observation = None if compile_.outcome else compile_.next_observation()
+            if self.observation is None:
+                if self.result is None:
+                    self._conclude()
+                return None
+            channel = compile_.channel
+            view = self._views[channel]
+            if view is None:
+                header = compile_.header
+                assert header is not None
+                try:
+                    view = self._views[channel] = self._problems[channel].view(header)
+                except Exception:
+                    self.close()
+                    raise
+            if channel == 0:
+                self.view = view
+                return self.observation
+            problem, policy = self._problems[channel], self._policies[channel]
+            assert policy is not None
+            point = DecisionPoint(view, self.observation, problem.heuristic_action(view, self.observation),
+                                  self._indices[channel], self.module.language)  # fmt: skip
+            self._indices[channel] += 1
+            choice = policy(point)
+            if not self._answer(problem, view, self.observation, choice[0] if isinstance(choice, tuple) else choice):
+                return None
 
     def _conclude(self) -> None:
         outcome = self._compile.outcome

@@ -6,49 +6,16 @@ two of the compiler's decisions. trace, evaluation, search and ES all call :func
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from optgym.corpus import Module
-from optgym.problems import FeatureView, Problem
-from optgym.protocol import Observation
-from optgym.rollout.episode import DEFAULT_TIMEOUT, Episode, EpisodeResult
+from optgym.problems import Problem
+from optgym.rollout.episode import DEFAULT_TIMEOUT, Companion, DecisionPoint, Episode, EpisodeResult, Policy
 from optgym.toolchain.llvm import Toolchain
-
-
-class DecisionPoint:
-    """What a policy sees at one decision; feature views are computed only when asked for."""
-
-    __slots__ = ("_obs", "_view", "heuristic", "index", "language")
-
-    def __init__(
-        self, view: FeatureView, obs: Observation, heuristic: int | None, index: int, language: str | None = None
-    ) -> None:
-        self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
-        self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
-
-    def vector(self) -> np.ndarray:
-        """Visible features flattened to float32, in the problem's feature order."""
-        return self._view.vector(self._obs)
-
-    def features(self) -> dict[str, np.ndarray]:
-        return self._view.as_dict(self._obs)
-
-    def stream_features(self) -> dict[str, np.ndarray]:
-        """Every tensor the compiler sent at this decision, by name — also those the problem does not read
-        (IR2Vec embeddings when clang is given a vocabulary); decoded on each call, so not for the hot path."""
-        return self._obs.as_dict()
-
-    @property
-    def raw(self) -> bytes:
-        return self._obs.raw
-
-
-#: A policy: the action for a decision point, optionally with its log-probability.
-Policy = Callable[[DecisionPoint], int | tuple[int, float]]
 
 
 @dataclass
@@ -76,8 +43,11 @@ def rollout(
     transcript: Path | None = None,
     keep_object: Path | None = None,
     extra_flags: Sequence[str] = (),
+    companions: Sequence[Companion] = (),
 ) -> RolloutResult:
-    """Compile ``module`` answering every decision with ``policy``; return the outcome and trajectory."""
+    """Compile ``module`` answering every decision with ``policy``; return the outcome and trajectory.
+    ``companions`` decide other problems of the same compile (see :class:`Episode`); the trajectory
+    holds ``problem``'s decisions only."""
     actions: list[int] = []
     heuristic: list[int] = []
     log_probs: list[float] = []
@@ -85,7 +55,7 @@ def rollout(
     lang = module.language
     with Episode(
         problem, module, toolchain, timeout=timeout, transcript=transcript, keep_object=keep_object,
-        extra_flags=extra_flags,
+        extra_flags=extra_flags, companions=companions,
     ) as ep:  # fmt: skip
         obs = ep.begin()
         view = ep.view

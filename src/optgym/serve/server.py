@@ -40,6 +40,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from optgym.errors import OptgymError
@@ -88,37 +90,72 @@ def _memoizable(policy: Any) -> bool:
     return isinstance(policy, MLPPolicy) and policy.greedy
 
 
-def _find_toolchain(hook: str, out: list[Any]) -> None:
+def _find_toolchain(hooks: tuple[str, ...], out: list[Any]) -> None:
     """``find_toolchain`` for a thread: its result, or the exception, in ``out``."""
     try:
-        out.append(find_toolchain((hook,)))
+        out.append(find_toolchain(hooks))
     except BaseException as e:  # handed to the thread that waits for it
         out.append(e)
 
 
+@dataclass
+class Served:
+    """One decision problem of the served compiles and the policy that answers it."""
+
+    problem: Problem
+    spec: str
+    policy: Any
+    # A deterministic policy's answers, remembered across the build's compiles (~35 µs each saved).
+    memo: dict[tuple[Any, ...], Any] | None = None
+    view: tuple[Header, FeatureView, str | None] | None = None  # the last header's view and fit verdict
+
+
+def _load(problem: str, spec: str) -> Served:
+    factory = resolve_policy(spec, problem)
+    policy = factory.build(seed=0) if factory.stochastic else factory.build()
+    return Served(get_problem(problem), spec, policy, {} if _memoizable(policy) else None)
+
+
 class Server:
-    def __init__(self, policy_spec: str, problem: str = "inline-size") -> None:
-        """Load the policy and check the compiler, concurrently: the compiler check is two clang runs
-        (``--version`` and the hooks), the load is Python work, and a cold build waits for both."""
-        self.problem = get_problem(problem)
+    def __init__(self, policy_spec: str, problem: str = "inline-size", companions: Sequence[tuple[str, str]] = ()):
+        """Load the policies and check the compiler, concurrently: the compiler check is two clang runs
+        (``--version`` and the hooks), the load is Python work, and a cold build waits for both.
+
+        ``policy_spec`` decides ``problem``; each ``(problem, spec)`` of ``companions`` decides another
+        problem of the same compiles (register allocation's eviction beside the inliner), over its own
+        channel."""
+        wanted = [(problem, policy_spec), *companions]
+        if len({name for name, _ in wanted}) != len(wanted):
+            raise OptgymError(f"each problem is served by one policy: {[name for name, _ in wanted]}")
+        hooks = tuple(get_problem(name).hook for name, _ in wanted)
         found: list[Any] = []
-        probe = threading.Thread(target=_find_toolchain, args=(self.problem.hook, found), daemon=True)
+        probe = threading.Thread(target=_find_toolchain, args=(hooks, found), daemon=True)
         probe.start()
         try:
-            factory = resolve_policy(policy_spec)
-            self.policy = factory.build(seed=0) if factory.stochastic else factory.build()
+            self.served = [_load(name, spec) for name, spec in wanted]
         finally:
             probe.join()
         if isinstance(found[0], BaseException):
             raise found[0]
         self.toolchain = found[0]
         self.policy_spec = policy_spec
-        self._views: tuple[Header, FeatureView, str | None] | None = None
-        # A deterministic policy's answers, remembered across the build's compiles (~35 µs each saved).
-        self.memo: dict[tuple[Any, ...], Any] | None = {} if _memoizable(self.policy) else None
         self.active = 0
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
+
+    @property
+    def problem(self) -> Problem:
+        """The first served problem (the one ``policy_spec`` decides)."""
+        return self.served[0].problem
+
+    @property
+    def policy(self) -> Any:
+        return self.served[0].policy
+
+    def compile_flags(self, bases: Sequence[str]) -> list[str]:
+        """What a served compile adds to the build's command line: every problem's flags and channel."""
+        flags = [f for s in self.served for f in s.problem.compile_flags()]
+        return flags + [f for s, base in zip(self.served, bases, strict=True) for f in s.problem.channel_flags(base)]
 
     def accepted(self, conn: socket.socket) -> threading.Thread:
         """Count the connection as active *before* its thread runs, then serve it in that thread: a
@@ -156,10 +193,10 @@ class Server:
             for fd in fds:
                 os.close(fd)
             return {"fallback": True, "warning": "malformed request from the launcher"}
-        problem, flags = self.problem, self.problem.compile_flags()
         timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
         compile_ = InteractiveCompile(
-            lambda base: [*argv, *flags, *problem.channel_flags(base)],
+            lambda *bases: [*argv, *self.compile_flags(bases)],
+            channels=len(self.served),
             timeout=timeout,
             stdout=stdout_fd,
             stderr=stderr_fd,
@@ -182,45 +219,44 @@ class Server:
             os.close(stdout_fd)
             os.close(stderr_fd)
 
-    def _view(self, header: Header) -> tuple[FeatureView, str | None]:
+    def _view(self, served: Served, header: Header) -> tuple[FeatureView, str | None]:
         """The feature view and fit verdict for ``header``: every compile sends the same header (the
         decoder hands back the same object), so both are made once, not per compile."""
-        cached = self._views
+        cached = served.view
         if cached is None or cached[0] is not header:
-            view = self.problem.view(header)
-            cached = self._views = (header, view, _fits(self.policy, self.problem, header, self.toolchain.version))
+            view = served.problem.view(header)
+            verdict = _fits(served.policy, served.problem, header, self.toolchain.version)
+            cached = served.view = (header, view, verdict)
         return cached[1], cached[2]
 
     def _drive(self, compile_: InteractiveCompile, compile_language: str, guard: Guard | None = None) -> dict[str, Any]:
-        """Answer every decision of ``compile_``; ``guard``'s reference compile starts at the first answer
-        that is not clang's own."""
-        header = compile_.start()
-        warning = None
-        if header is not None:
-            view, warning = self._view(header)
-            # The loop runs once per decision, between two of clang's feature computations: names bound
-            # once, each answer's bytes encoded once per compile.
-            problem, policy = self.problem, self.policy
-            next_observation, answer, heuristic_action = (
-                compile_.next_observation,
-                compile_.answer,
-                problem.heuristic_action,
-            )
-            encoded: dict[Any, bytes] = {}
-            memo = self.memo
-            index = 0
+        """Answer every decision of ``compile_``, each with its channel's policy; ``guard``'s reference
+        compile starts at the first answer that is not clang's own (any answer to a problem whose stream
+        carries no heuristic answer counts as one)."""
+        warnings: list[str] = []
+        if compile_.start() is not None:
+            # The loop runs once per decision, between two of clang's feature computations: each channel's
+            # names are bound once, when its first decision comes, and each answer's bytes encoded once.
+            states: list[tuple[Any, ...] | None] = [None] * len(self.served)
+            indices = [0] * len(self.served)
+            next_observation, answer = compile_.next_observation, compile_.answer
             while (obs := next_observation()) is not None:
-                heuristic = heuristic_action(view, obs)
+                channel = compile_.channel
+                state = states[channel]
+                if state is None:
+                    state = states[channel] = self._channel_state(channel, compile_, warnings)
+                problem, policy, view, header, warning, memo, encoded = state
+                heuristic = problem.heuristic_action(view, obs)
                 if warning is not None:
                     action = heuristic
                 elif memo is None:
-                    choice = policy(DecisionPoint(view, obs, heuristic, index, compile_language))
+                    choice = policy(DecisionPoint(view, obs, heuristic, indices[channel], compile_language))
                     action = choice[0] if isinstance(choice, tuple) else choice
                 else:
                     key = (view, obs.raw, heuristic, compile_language)
                     action = memo.get(key)
                     if action is None:
-                        choice = policy(DecisionPoint(view, obs, heuristic, index, compile_language))
+                        choice = policy(DecisionPoint(view, obs, heuristic, indices[channel], compile_language))
                         action = choice[0] if isinstance(choice, tuple) else choice
                         if len(memo) >= MEMO_ENTRIES:
                             memo.clear()
@@ -229,7 +265,7 @@ class Server:
                 if advice is None:
                     advice = encoded[action] = problem.encode_action(header, action)
                 answer(advice)
-                index += 1
+                indices[channel] += 1
                 if guard is not None and action != heuristic:
                     guard.start()
                     guard = None  # started once: the rest of the loop checks nothing more
@@ -237,9 +273,22 @@ class Server:
         if outcome.status in ("timeout", "protocol_error", "aborted"):
             return {"fallback": True, "warning": f"served compile ended with {outcome.status}: {outcome.detail}"}
         reply: dict[str, Any] = {"returncode": outcome.returncode, "decisions": outcome.decisions}
-        if warning:
-            reply["warning"] = f"{warning}; this compile used clang's own heuristic"
+        if warnings:
+            reply["warning"] = "; ".join(warnings)
         return reply
+
+    def _channel_state(self, channel: int, compile_: InteractiveCompile, warnings: list[str]) -> tuple[Any, ...]:
+        """What the decision loop needs for ``channel``, made at its first decision of a compile. A policy
+        that does not fit this compiler answers nothing: clang's own answer goes instead, or — for a
+        problem whose stream carries none — the compile falls back to a plain one."""
+        served, header = self.served[channel], compile_.header
+        assert header is not None
+        view, warning = self._view(served, header)
+        if warning is not None:
+            if not served.problem.heuristic_in_stream:
+                raise OptgymError(f"{served.problem.name}: {warning}, and the compiler sends no answer of its own")
+            warnings.append(f"{warning}; this compile used clang's own {served.problem.name} heuristic")
+        return (served.problem, served.policy, view, header, warning, served.memo, {})
 
     @staticmethod
     def _watch(conn: socket.socket, compile_: InteractiveCompile) -> None:
@@ -251,7 +300,13 @@ class Server:
                 os.killpg(compile_.pid, signal.SIGKILL)
 
 
-def serve(socket_path: str, policy_spec: str, idle: float) -> None:
+def serve(
+    socket_path: str,
+    policy_spec: str,
+    idle: float,
+    problem: str = "inline-size",
+    companions: Sequence[tuple[str, str]] = (),
+) -> None:
     """Listen on ``socket_path`` until ``idle`` seconds pass with no compile running."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = os.path.join(os.path.dirname(socket_path), f".{os.getpid()}.tmp")  # shorter than the name: AF_UNIX's 108
@@ -259,7 +314,7 @@ def serve(socket_path: str, policy_spec: str, idle: float) -> None:
     inode = os.stat(tmp).st_ino
     listener.listen(64)
     try:
-        server = Server(policy_spec)  # load the policy before the socket becomes visible
+        server = Server(policy_spec, problem, companions)  # load the policies before the socket becomes visible
         os.replace(tmp, socket_path)  # atomically: a launcher never connects to a half-started server
     except BaseException:
         listener.close()
@@ -304,13 +359,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True)
     parser.add_argument("--policy", required=True)
+    parser.add_argument("--problem", default="inline-size", help="the problem --policy decides")
+    parser.add_argument("--with", dest="companions", action="append", default=[], metavar="PROBLEM=POLICY",
+                        help="another problem of the same compiles and the policy that decides it")  # fmt: skip
     parser.add_argument("--idle", type=float, default=60.0, help="exit after this many idle seconds")
     parser.add_argument("--lock-fd", type=int, help="the launcher's start lock, held until this server exits")
     args = parser.parse_args(argv)
     if args.lock_fd is not None:  # kept open (not inherited by compiles): released when this process ends
         os.set_inheritable(args.lock_fd, False)
     try:
-        serve(args.socket, args.policy, args.idle)
+        companions = [tuple(item.split("=", 1)) for item in args.companions]
+        if any(len(c) != 2 for c in companions):
+            raise OptgymError(f"--with takes PROBLEM=POLICY, got {args.companions}")
+        serve(args.socket, args.policy, args.idle, args.problem, companions)  # type: ignore[arg-type]
     except OptgymError as e:
         print(f"optgym policy server: {e}", file=sys.stderr)
         sys.exit(1)

@@ -15,7 +15,13 @@ disk that could be left behind. Every wait is bounded by ``timeout``, which coun
 spent waiting for the *compiler* (a host that thinks for a minute between two decisions — a
 learner updating its network — does not time the compile out).
 
-Hot path, per decision: one ``poll`` (a persistent poll object over the stream and the pidfd), one
+Several decision problems can share one compile (``channels=N``: the inliner's decisions during
+optimization, then register allocation's during code generation), each over its own FIFO pair. clang
+answers one of them at a time, so the host polls every stream and hands back events in the order they
+come, each tagged with its :attr:`InteractiveCompile.channel`. A channel whose writer closes is done;
+the compile is done when every channel that opened has closed, or when the compiler exits.
+
+Hot path, per decision: one ``poll`` (a persistent poll object over the streams and the pidfd), one
 ``read``, one ``write``; clang's own feature computation dominates.
 """
 
@@ -93,22 +99,36 @@ class _Resources:
             self.transcript = None
 
 
+@dataclass
+class _Channel:
+    """One FIFO pair of a compile and what its stream has said so far."""
+
+    in_fd: int
+    out_fd: int
+    decoder: StreamDecoder = field(default_factory=StreamDecoder)
+    header: Header | None = None
+    context: str | None = None
+    closed: bool = False  # the compiler closed its end after the header: nothing more will come
+
+
 class InteractiveCompile:
     """Drive one compile decision by decision.
 
-    ``argv(base)`` builds the command line given the channel base path. Use as a context manager::
+    ``argv(*bases)`` builds the command line given each channel's base path (one per channel). Use as
+    a context manager::
 
         with InteractiveCompile(argv, timeout=60) as compile_:
             header = compile_.start()
             while (obs := compile_.next_observation()) is not None:
-                compile_.answer(advice_bytes)
+                compile_.answer(advice_bytes)  # for compile_.channel, whose header is compile_.header
             outcome = compile_.finish()
     """
 
     def __init__(
         self,
-        argv: Callable[[str], Sequence[str]],
+        argv: Callable[..., Sequence[str]],
         *,
+        channels: int = 1,
         timeout: float = 120.0,
         transcript: Path | None = None,
         meta: dict | None = None,
@@ -119,18 +139,24 @@ class InteractiveCompile:
     ) -> None:
         """``stdout``/``stderr``: where the compiler's go (``stderr=None``: a temporary file whose tail
         ends up in ``outcome.stderr_tail``; a file descriptor passes it straight through, as a
-        compile served for a build does)."""
+        compile served for a build does). A transcript records one channel's exchange, so it needs
+        ``channels=1``."""
+        if channels < 1:
+            raise ValueError(f"a compile needs at least one channel, got {channels}")
+        if transcript is not None and channels != 1:
+            raise ValueError("a transcript records a single channel's exchange")
         self._argv, self.timeout, self._cwd, self._stdout = argv, timeout, cwd, stdout
         self._stderr, self._env = stderr, env
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, _Resources.release, self._res)
-        self._decoder = StreamDecoder()
+        self._channel_count = channels
+        self._channels: list[_Channel] = []
+        self._by_fd: dict[int, int] = {}  # a stream's fd -> its channel
         self._start = 0.0
         self._budget = timeout
         self._pidfd: int | None = None
         self._poller: select.poll | None = None
-        self.header: Header | None = None
-        self.context: str | None = None
+        self.channel = 0  # the channel of the latest header or observation
         self.decisions = 0
         self.outcome: CompileOutcome | None = None
         if transcript is not None:
@@ -156,31 +182,50 @@ class InteractiveCompile:
     def pid(self) -> int | None:
         return self._res.proc.pid if self._res.proc else None
 
+    @property
+    def headers(self) -> list[Header | None]:
+        """Each channel's header, ``None`` for a channel the compiler has not opened (yet)."""
+        return [c.header for c in self._channels]
+
+    @property
+    def header(self) -> Header | None:
+        """The header of :attr:`channel`, the channel of the pending decision."""
+        return self._channels[self.channel].header if self._channels else None
+
+    @property
+    def context(self) -> str | None:
+        """The function (or module) :attr:`channel`'s compiler pass is working on."""
+        return self._channels[self.channel].context if self._channels else None
+
     # -- protocol -------------------------------------------------------------------------------
 
     def start(self) -> Header | None:
-        """Spawn the compiler and connect; the header, or ``None`` if the compile ended first.
+        """Spawn the compiler and connect; the first header (of :attr:`channel`), or ``None`` if the
+        compile ended first.
 
-        A compile that fails before the decision pass runs (bad bitcode, bad flags) ends here with
+        A compile that fails before a decision pass runs (bad bitcode, bad flags) ends here with
         ``self.outcome`` set; so does one that needed no channel at all.
         """
         install_sigterm_handler()
         res = self._res
         res.directory = private_dir()
-        base = str(res.directory / "channel")
-        os.mkfifo(base + ".in", 0o600)
-        os.mkfifo(base + ".out", 0o600)
-        self._in_fd = os.open(base + ".in", os.O_RDWR)
-        res.fds.append(self._in_fd)
-        self._out_fd = os.open(base + ".out", os.O_RDONLY | os.O_NONBLOCK)
-        res.fds.append(self._out_fd)
+        bases = [str(res.directory / f"channel{i or ''}") for i in range(self._channel_count)]
+        self._poller = select.poll()
+        for base in bases:
+            os.mkfifo(base + ".in", 0o600)
+            os.mkfifo(base + ".out", 0o600)
+            in_fd = os.open(base + ".in", os.O_RDWR)
+            res.fds.append(in_fd)
+            out_fd = os.open(base + ".out", os.O_RDONLY | os.O_NONBLOCK)
+            res.fds.append(out_fd)
+            self._by_fd[out_fd] = len(self._channels)
+            self._channels.append(_Channel(in_fd, out_fd))
+            self._poller.register(out_fd, select.POLLIN)
         if self._stderr is None:
             res.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by release()
         self._start = time.perf_counter()
         stderr = self._stderr if res.stderr is None else res.stderr
-        res.proc = spawn(self._argv(base), stdout=self._stdout, stderr=stderr, cwd=self._cwd, env=self._env)
-        self._poller = select.poll()
-        self._poller.register(self._out_fd, select.POLLIN)
+        res.proc = spawn(self._argv(*bases), stdout=self._stdout, stderr=stderr, cwd=self._cwd, env=self._env)
         try:
             self._pidfd = os.pidfd_open(res.proc.pid)
             res.fds.append(self._pidfd)
@@ -193,32 +238,27 @@ class InteractiveCompile:
         if not isinstance(event, Header):
             self._protocol_failure(ProtocolError("the compiler's stream did not start with a header"))
             return None
-        # Both ends are open now: nothing needs the names any more.
-        shutil.rmtree(res.directory, ignore_errors=True)
-        res.directory = None
-        self.header = event
         return event
 
     def next_observation(self) -> Observation | None:
-        """The next decision point, or ``None`` once the compile has ended (see ``outcome``)."""
+        """The next decision point (of :attr:`channel`), or ``None`` once the compile has ended (see
+        ``outcome``)."""
         while self.outcome is None:
             event = self._next_event()
             if isinstance(event, Observation):
                 return event
-            if isinstance(event, Context):
-                self.context = event.name
-            elif isinstance(event, Outcome | Header):
-                self._protocol_failure(ProtocolError(f"unexpected {type(event).__name__} in an interactive stream"))
+            if isinstance(event, Outcome):
+                self._protocol_failure(ProtocolError("unexpected Outcome in an interactive stream"))
         return None
 
     def answer(self, advice: bytes) -> None:
-        """Send the advice tensor's raw bytes for the current decision."""
+        """Send the advice tensor's raw bytes for the current decision (of :attr:`channel`)."""
         if self.outcome is not None:
             raise RuntimeError("answer() after the compile ended")
         if self._res.transcript:
             self._res.transcript.record("in", advice)
         with contextlib.suppress(BrokenPipeError):  # the compiler is gone; the next read says how it ended
-            os.write(self._in_fd, advice)
+            os.write(self._channels[self.channel].in_fd, advice)
         self.decisions += 1
 
     def finish(self) -> CompileOutcome:
@@ -230,44 +270,90 @@ class InteractiveCompile:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _wait(self) -> None:
-        """Block until the stream has data or the compiler exits, at most the remaining budget."""
+    def _wait(self) -> list[tuple[int, int]]:
+        """Block until a stream has data or the compiler exits, at most the remaining budget."""
         assert self._poller is not None
         limit = self._budget if self._pidfd is not None else min(self._budget, 0.05)
         t0 = time.perf_counter()
-        self._poller.poll(max(0.0, limit) * 1000)
+        ready = self._poller.poll(max(0.0, limit) * 1000)
         self._budget -= time.perf_counter() - t0
+        return ready
+
+    def _pending(self):
+        """The next event already decoded on some channel (the current one first), or ``None``. A
+        header opens its channel; a context names what that channel's pass works on next."""
+        order = [self.channel, *(i for i in range(len(self._channels)) if i != self.channel)]
+        for index in order:
+            channel = self._channels[index]
+            while (event := channel.decoder.next_event()) is not None:
+                if isinstance(event, Context):
+                    channel.context = event.name
+                    continue
+                if isinstance(event, Header):
+                    if channel.header is not None:
+                        raise ProtocolError("a second header in one channel's stream")
+                    channel.header = event
+                    if self._res.directory is not None and all(c.header for c in self._channels):
+                        # every channel is open on both sides: nothing needs the names any more
+                        shutil.rmtree(self._res.directory, ignore_errors=True)
+                        self._res.directory = None
+                self.channel = index
+                return event
+        return None
 
     def _next_event(self):
-        """The next protocol event, reading as needed; ``None`` (with ``outcome`` set) at the end."""
+        """The next protocol event on any channel, reading as needed; ``None`` (with ``outcome`` set)
+        at the end: every channel closed, or the compiler exited and its streams are drained."""
         proc = self._res.proc
         assert proc is not None
         while True:
             try:
-                event = self._decoder.next_event()
+                event = self._pending()
             except ProtocolError as e:
                 self._protocol_failure(e)
                 return None
             if event is not None:
                 return event
-            self._wait()
-            try:
-                data = os.read(self._out_fd, READ_CHUNK)
-            except BlockingIOError:
-                data = None
-            if data:
-                if self._res.transcript:
-                    self._res.transcript.record("out", data)
-                self._decoder.feed(data)
+            ready = self._wait()
+            if any([self._read(self._by_fd[fd], revents) for fd, revents in ready if fd in self._by_fd]):
                 continue
-            # No data: the writer closed (b"") or the compiler exited. Before the header, b"" only
-            # means that no writer has connected yet, so then only the compiler's exit ends the wait.
-            if (data == b"" and self.header is not None) or proc.poll() is not None:
+            exited = proc.poll() is not None
+            if exited and self._drained():
+                continue
+            if exited or all(c.closed for c in self._channels):
                 self._eof()
                 return None
             if self._budget <= 0:
-                self._timed_out("the compiler stopped answering" if self.header else "the compiler never sent a header")
+                opened = any(c.header is not None for c in self._channels)
+                self._timed_out("the compiler stopped answering" if opened else "the compiler never sent a header")
                 return None
+
+    def _read(self, index: int, revents: int = 0) -> bool:
+        """Read what channel ``index`` has; whether anything came. An empty read ends the channel once
+        a writer has been there (a header or hang-up seen); before that it only means that no writer
+        has connected yet."""
+        channel = self._channels[index]
+        if channel.closed:
+            return False
+        try:
+            data = os.read(channel.out_fd, READ_CHUNK)
+        except BlockingIOError:
+            return False
+        if data:
+            if self._res.transcript:
+                self._res.transcript.record("out", data)
+            channel.decoder.feed(data)
+            return True
+        if channel.header is not None or channel.decoder.buffered or revents & select.POLLHUP:
+            channel.closed = True
+            assert self._poller is not None
+            self._poller.unregister(channel.out_fd)  # a closed FIFO polls as ready forever
+        return False
+
+    def _drained(self) -> bool:
+        """Read every channel once more (the compiler has exited): whether any still had data, which
+        must be decoded before the compile is judged."""
+        return any([self._read(i) for i in range(len(self._channels))])
 
     def _eof(self) -> None:
         """The compiler closed its end: it is finishing (or crashed). Wait for it and judge."""
@@ -279,9 +365,11 @@ class InteractiveCompile:
         if returncode is None:
             self._timed_out("the compiler did not exit after its last decision")
             return
-        if proc.returncode == 0 and (self.header is not None or self._decoder.buffered):
+        if proc.returncode == 0:
             try:
-                self._decoder.close()
+                for channel in self._channels:
+                    if channel.header is not None or channel.decoder.buffered:
+                        channel.decoder.close()
             except ProtocolError as e:
                 self._protocol_failure(e)
                 return

@@ -286,7 +286,7 @@ def trace(
             raise TraceError(f"{output} exists and is not empty (pass --overwrite to replace a trace there)")
         for f in [*output.glob("*.parquet"), *output.glob(".*.tmp"), output / META]:
             f.unlink(missing_ok=True)
-    factory = resolve_policy(policy)
+    factory = resolve_policy(policy, problem)
     the_corpus = Corpus(corpus, split=split)
     names = list(modules) if modules is not None else [m.name for m in the_corpus]
     names = sample_modules(names, sampling_rate, seed)
