@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Ship a trained policy as optgym's ``pretrained`` one, with its provenance beside it.
+"""Ship a trained policy as optgym's ``pretrained`` one for its problem, with its provenance beside it.
 
-    .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [-j N]
+    .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [--problem P] [--train-sample N] [-j N]
 
-1. ``optgym export RUN`` into ``src/optgym/policies/pretrained/inline-size.onnx`` — the file
-   ``--policy pretrained`` and ``optgym-cc``'s default load;
-2. the exported file, as shipped, compiled on the held-out side of ``CORPUS``'s stored split (packages
-   the run never saw), figures per language;
-3. ``inline-size.provenance.json`` beside it: the training packages and their exact Debian versions,
+1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
+   ``optgym-cc``'s default load: an inliner MLP exported to ``inline-size.onnx`` (``optgym export``), an
+   eviction scorer (19 weights) copied to ``regalloc-evict/policy.json`` with the compiler it was
+   trained with;
+2. the policy, as shipped, compiled on the held-out side of ``CORPUS``'s stored split (packages the
+   run never saw), figures per language; for eviction also together with the shipped inliner (what
+   ``optgym-cc`` runs by default), and on ``--train-sample`` modules of the training side;
+3. ``<problem>.provenance.json`` beside it: the training packages and their exact Debian versions,
    the held-out ones, the command that reproduces the run, the compiler, the figures on the training
-   side (the run's own) and on the held-out packages.
+   side and on the held-out packages.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from pathlib import Path
 from optgym.corpus import Corpus
 from optgym.corpus.corpus import atomic_write_bytes
 from optgym.evaluate.evaluation import evaluate
-from optgym.policies import PRETRAINED, PRETRAINED_PROVENANCE
-from optgym.policies.export import export_policy
+from optgym.policies import pretrained_path, pretrained_provenance
+from optgym.policies.export import export_policy, run_provenance
+from optgym.policies.scorer import CandidateScorer
+from optgym.policies.trained import policy_dir_of
 from optgym.train.threshold import summary_figures
 
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
@@ -51,27 +56,68 @@ def training_figures(run: Path, metadata: dict) -> dict:
     return figures
 
 
+def ship_scorer(run: Path, destination: Path) -> dict:
+    """Copy ``run``'s candidate scorer to ``destination`` with the compiler it was trained with in its
+    ``source`` (what the policy server checks before serving it); metadata as ``export_policy``'s."""
+    found = policy_dir_of(run)
+    if found is None:
+        sys.exit(f"{run} holds no trained policy")
+    scorer = CandidateScorer.load(found)
+    provenance = run_provenance(found)
+    compiler = scorer.source.get("compiler") or (provenance.get("versions") or {}).get("clang")
+    scorer.source = {**scorer.source, "compiler": compiler, "run": provenance.get("run"),
+                     "snapshot": provenance.get("snapshot")}  # fmt: skip
+    scorer.save(destination)
+    return {"problem": scorer.problem, "compiler": compiler, "provenance": provenance}
+
+
+def sample(corpus: Corpus, count: int) -> list[str]:
+    """Every ``len/count``-th module of ``corpus`` by name: a fixed sample, the same on every run."""
+    names = sorted(m.name for m in corpus)
+    step = max(1, len(names) // count) if count else 1
+    return names[::step][:count] if count else names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="the trained run (or policy directory) to ship")
     parser.add_argument("--corpus", type=Path, required=True, help="the corpus whose test side is held out")
+    parser.add_argument("--problem", default="inline-size", choices=("inline-size", "regalloc-evict"))
+    parser.add_argument("--train-sample", type=int, default=0,
+                        help="also evaluate this many training modules (0: the run's own figures only)")  # fmt: skip
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
 
-    metadata = export_policy(args.run, PRETRAINED)
-    print(f"exported {args.run} → {PRETRAINED} ({PRETRAINED.stat().st_size} bytes)")
+    shipped = pretrained_path(args.problem)
+    if args.problem == "inline-size":
+        metadata = export_policy(args.run, shipped)
+        digest = hashlib.sha256(shipped.read_bytes()).hexdigest()
+    else:
+        metadata = ship_scorer(args.run, shipped)
+        digest = hashlib.sha256((shipped / "policy.json").read_bytes()).hexdigest()
+    print(f"shipped {args.run} → {shipped}")
     description = Corpus(args.corpus).description["optgym"]
     split = description.get("split")
     if not split:
         sys.exit(f"{args.corpus} has no stored split: the held-out packages are its test side")
     heldout_corpus = Corpus(args.corpus, split="test")
-    rows = evaluate(str(PRETRAINED), heldout_corpus, workers=args.workers, progress=True)
+    rows = evaluate("pretrained", heldout_corpus, problem=args.problem, workers=args.workers, progress=True)
     heldout = by_language(rows, heldout_corpus)
+    figures = {"training": training_figures(args.run, metadata), "heldout": heldout}
+    if args.train_sample:
+        train_corpus = Corpus(args.corpus, split="train")
+        train_rows = evaluate("pretrained", train_corpus, problem=args.problem, workers=args.workers,
+                              modules=sample(train_corpus, args.train_sample), progress=True)  # fmt: skip
+        figures["training_sample"] = by_language(train_rows, train_corpus)
+    if args.problem != "inline-size":  # what optgym-cc runs by default: the shipped inliner beside it
+        together = evaluate("pretrained", heldout_corpus, workers=args.workers, progress=True,
+                            companions=[(args.problem, "pretrained")])  # fmt: skip
+        figures["heldout_with_shipped_inliner"] = by_language(together, heldout_corpus)
     packages = description.get("packages", {})
     test_groups = set(split["test_groups"])
     provenance = {
-        "policy": PRETRAINED.name,
-        "sha256": hashlib.sha256(PRETRAINED.read_bytes()).hexdigest(),
+        "policy": shipped.name,
+        "sha256": digest,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "problem": metadata["problem"],
         "compiler": metadata.get("compiler"),
@@ -82,19 +128,20 @@ def main() -> int:
             "distribution"), "split": {k: split[k] for k in ("by", "test_groups", "train_modules", "test_modules")}},
         "training_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p not in test_groups},
         "heldout_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p in test_groups},
-        "figures": {"training": training_figures(args.run, metadata), "heldout": heldout},
+        "figures": figures,
     }  # fmt: skip
-    atomic_write_bytes(PRETRAINED_PROVENANCE, json.dumps(provenance, indent=2).encode())
-    for name in ("all", "C", "C++"):
-        f = heldout[name]
-        if not f["evaluated"]:
-            continue
-        print(
-            f"held-out {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
-            f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
-            f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}"
-        )
-    print(f"provenance → {PRETRAINED_PROVENANCE}")
+    atomic_write_bytes(pretrained_provenance(args.problem), json.dumps(provenance, indent=2).encode())
+    for label, table in figures.items():
+        for name in ("all", "C", "C++"):
+            f = table.get(name) if isinstance(table, dict) else None
+            if not isinstance(f, dict) or not f.get("evaluated"):
+                continue
+            print(
+                f"{label} {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
+                f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
+                f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}"
+            )
+    print(f"provenance → {pretrained_provenance(args.problem)}")
     return 0
 
 
