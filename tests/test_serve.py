@@ -239,22 +239,26 @@ def test_compare_sizes(tmp_path):
 
 
 def test_without_optgym_policy_the_shipped_policy_decides(tmp_path, corpus, toolchain, monkeypatch):
-    """optgym-c++'s default is ``pretrained``, the policy inside the package: with ``OPTGYM_POLICY`` unset
-    (and strict, so a fallback would fail), a C++ compile gives the object the shipped policy gives in a
-    rollout of the same source — not clang's own."""
+    """optgym-c++'s default is ``pretrained``, the policies inside the package: with ``OPTGYM_POLICY`` and
+    ``OPTGYM_EVICT_POLICY`` unset (and strict, so a fallback would fail), a C++ compile gives the object the
+    shipped inliner and eviction scorer give together in a rollout of the same source — not clang's own."""
     from conftest import CXX_SOURCE
 
-    from optgym.policies import PRETRAINED, resolve_policy
+    from optgym.policies import PRETRAINED, pretrained_path, resolve_policy
     from optgym.problems import get_problem
     from optgym.rollout import rollout
 
     assert PRETRAINED.is_file(), "the package ships a pretrained policy"
+    assert (pretrained_path("regalloc-evict") / "policy.json").is_file(), "and a pretrained eviction scorer"
     monkeypatch.delenv("OPTGYM_POLICY", raising=False)
+    monkeypatch.delenv("OPTGYM_EVICT_POLICY", raising=False)
     (tmp_path / "zoo.cpp").write_text(CXX_SOURCE)
     served = run([CXX, "-Oz", "-c", "zoo.cpp", "-o", "served.o"], tmp_path, OPTGYM_STRICT="1")
     plain = run(["/usr/lib/llvm-22/bin/clang++", "-Oz", "-c", "zoo.cpp", "-o", "plain.o"], tmp_path)
     assert served.returncode == plain.returncode == 0, served.stderr
-    shipped = rollout(get_problem("inline-size"), corpus["zoo"], toolchain, resolve_policy("pretrained").build())
+    evict = (get_problem("regalloc-evict"), resolve_policy("pretrained", "regalloc-evict").build())
+    shipped = rollout(get_problem("inline-size"), corpus["zoo"], toolchain, resolve_policy("pretrained").build(),
+                      companions=[evict])  # fmt: skip
     assert shipped.result.ok
     assert object_sizes(tmp_path / "served.o").text_bytes == shipped.result.metrics["text_bytes"]
     assert object_sizes(tmp_path / "served.o").text_bytes != object_sizes(tmp_path / "plain.o").text_bytes

@@ -42,6 +42,7 @@ class CandidateScorer:
         self.features = list(weights)
         self.weights = np.asarray([weights[f] for f in self.features], dtype=np.float64)
         self.problem, self.mask, self.source = problem, mask, source or {}
+        self._read = [*self.features, mask]
 
     @classmethod
     def initial(cls, problem: str, **kw: Any) -> CandidateScorer:
@@ -54,7 +55,7 @@ class CandidateScorer:
     @property
     def feature_names(self) -> list[str]:
         """Every feature the scorer reads (its columns and the mask): a compiler must send them all."""
-        return [*self.features, self.mask]
+        return list(self._read)
 
     def scores(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         """Every column's score, ``-inf`` where the mask rules the column out."""
@@ -64,7 +65,11 @@ class CandidateScorer:
         return scores
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        return int(np.argmax(self.scores(point.features()))), 0.0
+        # one matrix straight from the stream's bytes, the mask its last row: ~10x faster than scores(dict)
+        rows = point.rows(self._read)
+        scores = self.weights @ rows[:-1]
+        scores[rows[-1] == 0] = -np.inf
+        return int(np.argmax(scores)), 0.0
 
     def stochastic(self, seed: int | None = None) -> CandidateScorer:
         return self

@@ -68,9 +68,11 @@ class FeatureView:
         # Byte offsets of every tensor, for reading single values without decoding the record.
         self._offsets: dict[str, int] = {}
         self._elements: dict[str, int] = {}
+        self._dtypes: dict[str, np.dtype] = {}
         pos = 0
         for s in header.features:
             self._offsets[s.name], self._elements[s.name] = pos, s.elements
+            self._dtypes[s.name] = header.layout.dtype.fields[s.name][0].base
             pos += s.nbytes
         # Fast path: every tensor in the stream is int64 → one frombuffer + one gather per decision.
         self._word_index: np.ndarray | None = None
@@ -95,15 +97,22 @@ class FeatureView:
         rec = obs.record
         return {s.name: _finite(np.array(rec[s.name], dtype=s.dtype).reshape(s.shape)) for s in self.specs}
 
+    def rows(self, obs: Observation, names: Sequence[str]) -> np.ndarray:
+        """Features ``names``, each flattened to one row of a float64 matrix (finite): a candidate problem's
+        columns side by side, read straight from the raw bytes — no record decode, no dict."""
+        out = np.empty((len(names), self._elements[names[0]]), dtype=np.float64)
+        for row, name in enumerate(names):
+            out[row] = self.tensor(obs, name)
+        return _finite(out)
+
     def scalar(self, obs: Observation, name: str) -> int | float:
         """The first element of feature ``name``, read straight from the raw bytes (no record decode)."""
         return self.tensor(obs, name, count=1)[0].item()
 
     def tensor(self, obs: Observation, name: str, count: int | None = None) -> np.ndarray:
         """Feature ``name`` flattened (its first ``count`` elements), a read-only view of the raw bytes."""
-        dtype = self.header.layout.dtype.fields[name][0].base
         count = self._elements[name] if count is None else count
-        return np.frombuffer(obs.raw, dtype=dtype, count=count, offset=self._offsets[name])
+        return np.frombuffer(obs.raw, dtype=self._dtypes[name], count=count, offset=self._offsets[name])
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

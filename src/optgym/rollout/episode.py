@@ -57,6 +57,10 @@ class DecisionPoint:
         """Visible features flattened to float32, in the problem's feature order."""
         return self._view.vector(self._obs)
 
+    def rows(self, names: Sequence[str]) -> np.ndarray:
+        """Features ``names`` as the rows of one float64 matrix (see :meth:`FeatureView.rows`)."""
+        return self._view.rows(self._obs, names)
+
     def features(self) -> dict[str, np.ndarray]:
         return self._view.as_dict(self._obs)
 
