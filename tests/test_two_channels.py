@@ -161,3 +161,26 @@ def test_an_eviction_policy_that_does_not_fit_the_compiler_falls_back_to_clang(t
     assert line.startswith("optgym-cc: warning:") and "no_such_feature" in line and "without optgym" in line
     plain = run(["/usr/lib/llvm-22/bin/clang", "-Oz", "-c", "drive.c", "-o", "plain.o"], tmp_path)
     assert plain.returncode == 0 and (tmp_path / "ours.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
+
+
+def test_a_scorer_for_c_leaves_cxx_compiles_to_clang(two_corpus, toolchain, tmp_path):
+    """A scorer shipped for C (``languages: ["C"]``) opens no channel in a C++ compile: served by optgym-c++
+    the object is clang's own, and a companion rollout of a C++ module is the inliner's alone."""
+    from test_serve import CXX
+
+    c_only = CandidateScorer({"use_def_density": 1.0}, problem="regalloc-evict", languages=["C"])
+    c_only.save(tmp_path / "c-only")
+    assert CandidateScorer.load(tmp_path / "c-only").languages == ["C"]
+    (tmp_path / "drive.cpp").write_text(SOURCE.replace("extern void use", 'extern "C" void use'))
+    served = run([CXX, "-Oz", "-c", "drive.cpp", "-o", "served.o"], tmp_path, OPTGYM_POLICY="heuristic",
+                 OPTGYM_EVICT_POLICY=str(tmp_path / "c-only"), OPTGYM_STRICT="1")  # fmt: skip
+    plain = run(["/usr/lib/llvm-22/bin/clang++", "-Oz", "-c", "drive.cpp", "-o", "plain.o"], tmp_path)
+    assert served.returncode == plain.returncode == 0 and served.stderr == "", served.stderr
+    assert (tmp_path / "served.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
+    # the same scorer does decide the C module
+    (tmp_path / "drive.c").write_text(SOURCE)
+    c_served = run([CC, "-Oz", "-c", "drive.c", "-o", "c.o"], tmp_path, OPTGYM_POLICY="heuristic",
+                   OPTGYM_EVICT_POLICY=str(tmp_path / "c-only"), OPTGYM_STRICT="1")  # fmt: skip
+    assert c_served.returncode == 0
+    alone = rollout(EVICT, two_corpus["drive"], toolchain, HEAVIEST)
+    assert object_sizes(tmp_path / "c.o").text_bytes == alone.result.metrics["text_bytes"]

@@ -6,7 +6,7 @@
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load: an inliner MLP exported to ``inline-size.onnx`` (``optgym export``), an
    eviction scorer (19 weights) copied to ``regalloc-evict/policy.json`` with the compiler it was
-   trained with;
+   trained with, deciding only the language it was trained on (``train es --language``);
 2. the policy, as shipped, compiled on the held-out side of ``CORPUS``'s stored split (packages the
    run never saw), figures per language; for eviction also together with the shipped inliner (what
    ``optgym-cc`` runs by default), and on ``--train-sample`` modules of the training side;
@@ -67,6 +67,8 @@ def ship_scorer(run: Path, destination: Path) -> dict:
     compiler = scorer.source.get("compiler") or (provenance.get("versions") or {}).get("clang")
     scorer.source = {**scorer.source, "compiler": compiler, "run": provenance.get("run"),
                      "snapshot": provenance.get("snapshot")}  # fmt: skip
+    trained_on = (provenance.get("config") or {}).get("language")
+    scorer.languages = [trained_on] if trained_on else None  # it decides the language it was trained on
     scorer.save(destination)
     return {"problem": scorer.problem, "compiler": compiler, "provenance": provenance}
 

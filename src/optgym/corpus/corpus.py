@@ -88,9 +88,9 @@ class Module:
     @cached_property
     def family(self) -> str:
         """ "C++" for C++ and ObjC++, "C" for everything else: the split every per-language figure and rule uses."""
-        from optgym.toolchain.language import CXX_LANGUAGES
+        from optgym.toolchain.language import family
 
-        return "C++" if self.language in CXX_LANGUAGES else "C"
+        return family(self.language)
 
     def argv(self, clang: Path, extra: Sequence[str], output: Path | str) -> list[str]:
         """The full compile command producing ``output`` (``-``: stdout) with ``extra`` flags added."""

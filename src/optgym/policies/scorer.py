@@ -9,14 +9,15 @@ default advisor's rule in one line: evict what interferes least, unless the regi
 sample cost grows with the parameter count.
 
 On disk a scorer is a directory with one ``policy.json``: ``{"kind": "optgym-policy", "form":
-"candidate-scorer", "problem", "features", "weights", "source"}``.
+"candidate-scorer", "problem", "features", "weights", "source", "languages"}`` (``languages``: the
+families it decides, ``null`` for all).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,17 @@ class CandidateScorer:
     greedy = True
 
     def __init__(
-        self, weights: Mapping[str, float], *, problem: str, mask: str = "mask", source: dict[str, Any] | None = None
+        self,
+        weights: Mapping[str, float],
+        *,
+        problem: str,
+        mask: str = "mask",
+        source: dict[str, Any] | None = None,
+        languages: Sequence[str] | None = None,
     ) -> None:
+        """``languages``: the families ("C", "C++") the scorer decides; ``None``, all (see
+        :func:`optgym.rollout.episode.decides`)."""
+        self.languages = None if languages is None else list(languages)
         self.features = list(weights)
         self.weights = np.asarray([weights[f] for f in self.features], dtype=np.float64)
         self.problem, self.mask, self.source = problem, mask, source or {}
@@ -100,6 +110,7 @@ class CandidateScorer:
             "features": self.features,
             "weights": self.weights.tolist(),
             "source": self.source,
+            "languages": self.languages,
         }
         atomic_write_bytes(directory / "policy.json", json.dumps(meta, indent=2).encode())
         return directory
@@ -111,7 +122,8 @@ class CandidateScorer:
         if meta.get("form") != FORM or len(meta.get("features", ())) != len(meta.get("weights", ())):
             raise PolicyFileError(f"{directory}/policy.json is not a candidate scorer")
         weights = dict(zip(meta["features"], meta["weights"], strict=True))
-        return cls(weights, problem=meta["problem"], mask=meta.get("mask", "mask"), source=meta.get("source", {}))
+        return cls(weights, problem=meta["problem"], mask=meta.get("mask", "mask"), source=meta.get("source", {}),
+                   languages=meta.get("languages"))  # fmt: skip
 
 
 def is_scorer_dir(path: Path) -> bool:

@@ -19,6 +19,7 @@ from optgym.corpus.cache import ResultCache
 from optgym.problems import FeatureView, Metrics, Problem
 from optgym.protocol import Observation
 from optgym.toolchain import interactive
+from optgym.toolchain.language import family
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import run
 
@@ -82,6 +83,13 @@ Policy = Callable[[DecisionPoint], int | tuple[int, float]]
 Companion = tuple[Problem, Policy]
 
 
+def decides(policy: object, language: str) -> bool:
+    """Whether ``policy`` decides compiles of ``language``: a policy with ``languages`` (the families it was
+    trained and shipped for, "C" or "C++") leaves the others to clang — its channel is not even opened."""
+    languages = getattr(policy, "languages", None)
+    return languages is None or family(language) in languages
+
+
 class Episode:
     """Compile ``module`` with ``problem``'s decisions answered through :meth:`act`.
 
@@ -114,6 +122,7 @@ class Episode:
         self.problem, self.module, self.toolchain = problem, module, toolchain
         self.keep_object = keep_object
         self._object = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        companions = [(p, policy) for p, policy in companions if decides(policy, module.language)]
         problems = [problem, *(p for p, _ in companions)]
         self._policies = [None, *(policy for _, policy in companions)]
         self._views: list[FeatureView | None] = [None] * len(problems)

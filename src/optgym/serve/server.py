@@ -48,6 +48,7 @@ from optgym.errors import OptgymError
 from optgym.policies import resolve_policy
 from optgym.problems import FeatureView, Problem, get_problem
 from optgym.protocol import Header
+from optgym.rollout.episode import decides
 from optgym.rollout.rollout import DecisionPoint
 from optgym.serve.guard import Guard
 from optgym.toolchain.interactive import InteractiveCompile
@@ -152,10 +153,15 @@ class Server:
     def policy(self) -> Any:
         return self.served[0].policy
 
-    def compile_flags(self, bases: Sequence[str]) -> list[str]:
+    def deciding(self, language: str) -> list[Served]:
+        """The served problems whose policy decides compiles of ``language`` (see ``decides``)."""
+        return [s for s in self.served if decides(s.policy, language)]
+
+    @staticmethod
+    def compile_flags(served: Sequence[Served], bases: Sequence[str]) -> list[str]:
         """What a served compile adds to the build's command line: every problem's flags and channel."""
-        flags = [f for s in self.served for f in s.problem.compile_flags()]
-        return flags + [f for s, base in zip(self.served, bases, strict=True) for f in s.problem.channel_flags(base)]
+        flags = [f for s in served for f in s.problem.compile_flags()]
+        return flags + [f for s, base in zip(served, bases, strict=True) for f in s.problem.channel_flags(base)]
 
     def accepted(self, conn: socket.socket) -> threading.Thread:
         """Count the connection as active *before* its thread runs, then serve it in that thread: a
@@ -194,9 +200,15 @@ class Server:
                 os.close(fd)
             return {"fallback": True, "warning": "malformed request from the launcher"}
         timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
+        language = driver_language(argv)
+        served = self.deciding(language)
+        if not served:  # every policy leaves this language to clang: the launcher compiles plainly
+            for fd in fds:
+                os.close(fd)
+            return {"fallback": True}
         compile_ = InteractiveCompile(
-            lambda *bases: [*argv, *self.compile_flags(bases)],
-            channels=len(self.served),
+            lambda *bases: [*argv, *self.compile_flags(served, bases)],
+            channels=len(served),
             timeout=timeout,
             stdout=stdout_fd,
             stderr=stderr_fd,
@@ -206,7 +218,7 @@ class Server:
         guard = Guard(argv, cwd, env) if env.get("OPTGYM_GUARD") == "1" else None
         try:
             threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
-            reply = self._drive(compile_, driver_language(argv), guard)
+            reply = self._drive(compile_, language, guard, served)
             if guard is not None and not reply.get("fallback"):
                 reply |= guard.finish(reply["returncode"], timeout)
             return reply
@@ -229,22 +241,29 @@ class Server:
             cached = served.view = (header, view, verdict)
         return cached[1], cached[2]
 
-    def _drive(self, compile_: InteractiveCompile, compile_language: str, guard: Guard | None = None) -> dict[str, Any]:
-        """Answer every decision of ``compile_``, each with its channel's policy; ``guard``'s reference
-        compile starts at the first answer that is not clang's own (any answer to a problem whose stream
-        carries no heuristic answer counts as one)."""
+    def _drive(
+        self,
+        compile_: InteractiveCompile,
+        compile_language: str,
+        guard: Guard | None = None,
+        served: Sequence[Served] | None = None,
+    ) -> dict[str, Any]:
+        """Answer every decision of ``compile_``, each with its channel's policy (channel ``i`` is
+        ``served[i]``; default: every served problem); ``guard``'s reference compile starts at the first
+        answer that is not clang's own (any answer to a problem whose stream carries none counts as one)."""
+        served = self.served if served is None else served
         warnings: list[str] = []
         if compile_.start() is not None:
             # The loop runs once per decision, between two of clang's feature computations: each channel's
             # names are bound once, when its first decision comes, and each answer's bytes encoded once.
-            states: list[tuple[Any, ...] | None] = [None] * len(self.served)
-            indices = [0] * len(self.served)
+            states: list[tuple[Any, ...] | None] = [None] * len(served)
+            indices = [0] * len(served)
             next_observation, answer = compile_.next_observation, compile_.answer
             while (obs := next_observation()) is not None:
                 channel = compile_.channel
                 state = states[channel]
                 if state is None:
-                    state = states[channel] = self._channel_state(channel, compile_, warnings)
+                    state = states[channel] = self._channel_state(served[channel], compile_, warnings)
                 problem, policy, view, header, warning, memo, encoded = state
                 heuristic = problem.heuristic_action(view, obs)
                 if warning is not None:
@@ -277,11 +296,11 @@ class Server:
             reply["warning"] = "; ".join(warnings)
         return reply
 
-    def _channel_state(self, channel: int, compile_: InteractiveCompile, warnings: list[str]) -> tuple[Any, ...]:
-        """What the decision loop needs for ``channel``, made at its first decision of a compile. A policy
-        that does not fit this compiler answers nothing: clang's own answer goes instead, or — for a
+    def _channel_state(self, served: Served, compile_: InteractiveCompile, warnings: list[str]) -> tuple[Any, ...]:
+        """What the decision loop needs for ``served``'s channel, made at its first decision of a compile. A
+        policy that does not fit this compiler answers nothing: clang's own answer goes instead, or — for a
         problem whose stream carries none — the compile falls back to a plain one."""
-        served, header = self.served[channel], compile_.header
+        header = compile_.header
         assert header is not None
         view, warning = self._view(served, header)
         if warning is not None:

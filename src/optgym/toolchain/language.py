@@ -48,6 +48,11 @@ def language(args: Sequence[str]) -> str:
     return "other"
 
 
+def family(language: str) -> str:
+    """ "C++" for C++ and ObjC++, "C" for everything else: the split every per-language figure and rule uses."""
+    return "C++" if language in CXX_LANGUAGES else "C"
+
+
 def driver_language(argv: Sequence[str]) -> str:
     """The language of a one-source driver compile (``clang++ -Oz -c f.cc``), as clang decides it: the
     last ``-x`` before the source, else the source's suffix (``clang`` compiles ``f.cc`` as C++, and
@@ -72,4 +77,4 @@ def driver_language(argv: Sequence[str]) -> str:
     return "C++" if cxx_driver else "C"
 
 
-__all__ = ["CXX_LANGUAGES", "CXX_SUFFIXES", "C_SUFFIXES", "OBJC_SUFFIXES", "driver_language", "language"]
+__all__ = ["CXX_LANGUAGES", "CXX_SUFFIXES", "C_SUFFIXES", "OBJC_SUFFIXES", "driver_language", "family", "language"]
