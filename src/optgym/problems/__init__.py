@@ -9,6 +9,7 @@ from optgym.problems.base import (
     Metrics,
     Problem,
     ProblemError,
+    problem_flags,
     register,
     registry,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "ProblemError",
     "get_problem",
     "problem_class",
+    "problem_flags",
     "register",
     "registry",
 ]

@@ -256,6 +256,13 @@ class ObjectSizeObjective:
 _REGISTRY: dict[str, type[Problem]] = {}
 
 
+def problem_flags(problems: Sequence[Problem], bases: Sequence[str]) -> list[str]:
+    """What a compile deciding ``problems`` adds to its command line: each problem's own flags, then the
+    channel of each over its FIFO pair ``bases[i]`` (see :class:`optgym.toolchain.interactive.InteractiveCompile`)."""
+    flags = [f for problem in problems for f in problem.compile_flags()]
+    return flags + [f for problem, base in zip(problems, bases, strict=True) for f in problem.channel_flags(base)]
+
+
 def register(cls: type[Problem]) -> type[Problem]:
     """Class decorator: make a problem known to ``optgym.make``, the CLI and gymnasium."""
     _REGISTRY[cls.name] = cls

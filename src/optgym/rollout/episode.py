@@ -16,7 +16,7 @@ import numpy as np
 
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
-from optgym.problems import FeatureView, Metrics, Problem
+from optgym.problems import FeatureView, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
 from optgym.toolchain import interactive
 from optgym.toolchain.language import family
@@ -127,15 +127,9 @@ class Episode:
         self._policies = [None, *(policy for _, policy in companions)]
         self._views: list[FeatureView | None] = [None] * len(problems)
         self._indices = [0] * len(problems)  # decisions so far, per channel
-        extra = [*(f for p in problems for f in p.compile_flags()), *extra_flags]
-
-        def argv(*bases: str) -> list[str]:
-            channels = [f for p, base in zip(problems, bases, strict=True) for f in p.channel_flags(base)]
-            return module.argv(toolchain.clang, [*extra, *channels], "-")
-
         self._problems = problems
         self._compile = interactive.InteractiveCompile(
-            argv,
+            lambda *bases: module.argv(toolchain.clang, [*extra_flags, *problem_flags(problems, bases)], "-"),
             channels=len(problems),
             timeout=timeout,
             transcript=transcript,

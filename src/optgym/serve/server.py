@@ -46,7 +46,7 @@ from typing import Any
 
 from optgym.errors import OptgymError
 from optgym.policies import resolve_policy
-from optgym.problems import FeatureView, Problem, get_problem
+from optgym.problems import FeatureView, Problem, get_problem, problem_flags
 from optgym.protocol import Header
 from optgym.rollout.episode import decides
 from optgym.rollout.rollout import DecisionPoint
@@ -157,12 +157,6 @@ class Server:
         """The served problems whose policy decides compiles of ``language`` (see ``decides``)."""
         return [s for s in self.served if decides(s.policy, language)]
 
-    @staticmethod
-    def compile_flags(served: Sequence[Served], bases: Sequence[str]) -> list[str]:
-        """What a served compile adds to the build's command line: every problem's flags and channel."""
-        flags = [f for s in served for f in s.problem.compile_flags()]
-        return flags + [f for s, base in zip(served, bases, strict=True) for f in s.problem.channel_flags(base)]
-
     def accepted(self, conn: socket.socket) -> threading.Thread:
         """Count the connection as active *before* its thread runs, then serve it in that thread: a
         thread not yet scheduled when the idle check comes would otherwise let the server exit under
@@ -207,7 +201,7 @@ class Server:
                 os.close(fd)
             return {"fallback": True}
         compile_ = InteractiveCompile(
-            lambda *bases: [*argv, *self.compile_flags(served, bases)],
+            lambda *bases: [*argv, *problem_flags([s.problem for s in served], bases)],
             channels=len(served),
             timeout=timeout,
             stdout=stdout_fd,

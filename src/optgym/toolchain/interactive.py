@@ -152,6 +152,7 @@ class InteractiveCompile:
         self._channel_count = channels
         self._channels: list[_Channel] = []
         self._by_fd: dict[int, int] = {}  # a stream's fd -> its channel
+        self._orders: list[tuple[int, ...]] = []
         self._start = 0.0
         self._budget = timeout
         self._pidfd: int | None = None
@@ -221,6 +222,8 @@ class InteractiveCompile:
             self._by_fd[out_fd] = len(self._channels)
             self._channels.append(_Channel(in_fd, out_fd))
             self._poller.register(out_fd, select.POLLIN)
+        count = len(self._channels)  # per current channel: the order in which channels are looked at
+        self._orders = [(current, *(i for i in range(count) if i != current)) for current in range(count)]
         if self._stderr is None:
             res.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by release()
         self._start = time.perf_counter()
@@ -282,8 +285,7 @@ class InteractiveCompile:
     def _pending(self):
         """The next event already decoded on some channel (the current one first), or ``None``. A
         header opens its channel; a context names what that channel's pass works on next."""
-        order = [self.channel, *(i for i in range(len(self._channels)) if i != self.channel)]
-        for index in order:
+        for index in self._orders[self.channel]:
             channel = self._channels[index]
             while (event := channel.decoder.next_event()) is not None:
                 if isinstance(event, Context):
