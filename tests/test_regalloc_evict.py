@@ -132,12 +132,13 @@ def test_es_trains_a_scorer_that_evaluate_loads(pressure_corpus, tmp_path, no_le
     run = tmp_path / "run"
     args = ["train", "es", "--problem", "regalloc-evict", "--language", "C", "--corpus", str(pressure_corpus.root),
             "-o", str(run), "--iterations", "2", "--directions", "2", "--sigma", "0.5", "-j", "1",
-            "--no-final-eval"]  # fmt: skip
+            "--loss-weight", "1", "--no-final-eval"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "4 compiles" in result.output  # 2 directions × 2 signs × 1 module, each iteration
     scorer = resolve_policy(str(run)).build()
     assert isinstance(scorer, CandidateScorer) and scorer.features == START.features
+    assert scorer.languages == ["C"]  # trained on C modules only, it decides C only
     assert scorer.parameters().shape == START.parameters().shape
     out = rollout(
         get_problem("regalloc-evict"), pressure_corpus["pressure"], find_toolchain(("regalloc-evict",)), scorer
@@ -147,5 +148,37 @@ def test_es_trains_a_scorer_that_evaluate_loads(pressure_corpus, tmp_path, no_le
     assert [r.status for r in rows] == ["ok"] and rows[0].decisions == out.result.decisions
     assert rows[0].policy_text == out.result.metrics["text_bytes"] and rows[0].never_text is None
     assert summarize(rows)["never_inline_text_bytes"] is None  # no never-inline row in the report
+    exported = CliRunner().invoke(app, ["export", str(run), "-o", str(tmp_path / "evict.onnx")])
+    assert exported.exit_code == 0 and "a candidate scorer" in exported.output, exported.output
+    again = evaluate(str(tmp_path / "evict.onnx"), pressure_corpus, problem="regalloc-evict", workers=1, progress=False)
+    assert again[0].policy_text == rows[0].policy_text  # the export decides as the run's policy
     other = [*args[:-1], "--language", "C++", "-o", str(tmp_path / "none")]
     assert "no modules to train on" in CliRunner().invoke(app, other).output
+
+
+def test_a_scorer_exported_to_onnx_decides_as_trained(pressure_corpus, toolchain, tmp_path, no_leftovers):
+    """``optgym export`` of a scorer: optgym serves its embedded weights, and the graph — what any other ONNX
+    runtime runs — picks the same candidate as the trained scorer at every real eviction decision."""
+    from optgym.policies.export import ACTION, INPUT, MASK, _session, export_policy, read_policy_bytes
+
+    rng = np.random.default_rng(5)
+    trained = START.with_parameters(START.parameters() + rng.normal(0, 0.3, START.parameters().size))
+    trained.languages = ["C"]
+    metadata = export_policy(trained.save(tmp_path / "scorer"), tmp_path / "scorer.onnx")
+    assert metadata["form"] == "candidate-scorer" and metadata["languages"] == ["C"]
+    served = resolve_policy(str(tmp_path / "scorer.onnx"), "regalloc-evict").build()
+    assert isinstance(served, CandidateScorer) and served.languages == ["C"]
+    assert np.array_equal(served.weights, trained.weights)
+    graph = _session(read_policy_bytes(tmp_path / "scorer.onnx"), tmp_path / "scorer.onnx")
+    chosen: list[tuple[int, int, int]] = []
+
+    def all_three(point: DecisionPoint) -> int:
+        rows = point.rows([*trained.features, trained.mask]).astype(np.float64)
+        (by_graph,) = graph.run([ACTION], {INPUT: rows[:-1], MASK: rows[-1]})
+        chosen.append((trained(point)[0], served(point)[0], int(by_graph[0])))
+        return chosen[-1][1]
+
+    problem = get_problem("regalloc-evict")
+    run = rollout(problem, pressure_corpus["pressure"], toolchain, all_three)
+    assert run.result.ok and len(chosen) == run.result.decisions > 0
+    assert all(a == b == c for a, b, c in chosen) and len({a for a, _, _ in chosen}) > 1, chosen

@@ -249,7 +249,7 @@ def test_without_optgym_policy_the_shipped_policy_decides(tmp_path, corpus, tool
     from optgym.rollout import rollout
 
     assert PRETRAINED.is_file(), "the package ships a pretrained policy"
-    assert (pretrained_path("regalloc-evict") / "policy.json").is_file(), "and a pretrained eviction scorer"
+    assert pretrained_path("regalloc-evict").suffix == ".onnx", "and a pretrained eviction scorer, as ONNX"
     monkeypatch.delenv("OPTGYM_POLICY", raising=False)
     monkeypatch.delenv("OPTGYM_EVICT_POLICY", raising=False)
     (tmp_path / "zoo.cpp").write_text(CXX_SOURCE)

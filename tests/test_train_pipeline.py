@@ -27,7 +27,7 @@ from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Normalizer, Vocab, VocabError, build_vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
-from optgym.train.es import ESConfig, train_es
+from optgym.train.es import ESConfig, loss_weighted, train_es
 from optgym.train.run import read_config
 from optgym.train.sb3 import SB3Config, train_sb3
 from optgym.train.trace import TraceError, read_meta, read_modules, sample_modules, trace
@@ -264,3 +264,13 @@ def test_cli_chain_and_config_reproduces(corpus_dir, work):
     assert (work / "cli-bc2" / "policy" / "weights.npz").exists()
     result = runner.invoke(app, ["train", "ppo", "--corpus", str(corpus_dir), "-o", str(work / "cli-ppo")])
     assert result.exit_code == 1 and "vocab" in result.output
+
+
+def test_loss_weight_ranks_a_direction_that_regresses_below_an_even_one():
+    """Two perturbations with the same mean reward: the one that makes a module larger loses once
+    losses count double — the trade ES then stops making."""
+    even, uneven = [0.005, 0.005], [0.03, -0.02]
+    assert np.mean(even) == pytest.approx(np.mean(uneven))
+    assert [loss_weighted(r, 0.0) for r in uneven] == uneven  # weight 0: the plain reward
+    assert loss_weighted(-0.02, 1.0) == pytest.approx(-0.04) and loss_weighted(0.03, 1.0) == 0.03
+    assert np.mean([loss_weighted(r, 1.0) for r in even]) > np.mean([loss_weighted(r, 1.0) for r in uneven])

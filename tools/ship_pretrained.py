@@ -4,9 +4,9 @@
     .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [--problem P] [--train-sample N] [-j N]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
-   ``optgym-cc``'s default load: an inliner MLP exported to ``inline-size.onnx`` (``optgym export``), an
-   eviction scorer (19 weights) copied to ``regalloc-evict/policy.json`` with the compiler it was
-   trained with, deciding only the language it was trained on (``train es --language``);
+   ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to
+   ``inline-size.onnx``, an eviction scorer (19 weights) to ``regalloc-evict.onnx`` with the compiler
+   it was trained with, deciding only the language it was trained on (``train es --language``);
 2. the policy, as shipped, compiled on the held-out side of ``CORPUS``'s stored split (packages the
    run never saw), figures per language; for eviction also together with the shipped inliner (what
    ``optgym-cc`` runs by default), and on ``--train-sample`` modules of the training side;
@@ -22,6 +22,7 @@ import datetime
 import hashlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from optgym.corpus import Corpus
@@ -57,8 +58,9 @@ def training_figures(run: Path, metadata: dict) -> dict:
 
 
 def ship_scorer(run: Path, destination: Path) -> dict:
-    """Copy ``run``'s candidate scorer to ``destination`` with the compiler it was trained with in its
-    ``source`` (what the policy server checks before serving it); metadata as ``export_policy``'s."""
+    """Export ``run``'s candidate scorer to ``destination`` with the compiler it was trained with in its
+    ``source`` (what the policy server checks before serving it) and the language it was trained on
+    (the only one it decides); the export's metadata, with the run's provenance."""
     found = policy_dir_of(run)
     if found is None:
         sys.exit(f"{run} holds no trained policy")
@@ -69,8 +71,8 @@ def ship_scorer(run: Path, destination: Path) -> dict:
                      "snapshot": provenance.get("snapshot")}  # fmt: skip
     trained_on = (provenance.get("config") or {}).get("language")
     scorer.languages = [trained_on] if trained_on else None  # it decides the language it was trained on
-    scorer.save(destination)
-    return {"problem": scorer.problem, "compiler": compiler, "provenance": provenance}
+    with tempfile.TemporaryDirectory(prefix="optgym-ship-") as tmp:
+        return export_policy(scorer.save(Path(tmp) / "policy"), destination, provenance=provenance)
 
 
 def sample(corpus: Corpus, count: int) -> list[str]:
@@ -91,12 +93,9 @@ def main() -> int:
     args = parser.parse_args()
 
     shipped = pretrained_path(args.problem)
-    if args.problem == "inline-size":
-        metadata = export_policy(args.run, shipped)
-        digest = hashlib.sha256(shipped.read_bytes()).hexdigest()
-    else:
-        metadata = ship_scorer(args.run, shipped)
-        digest = hashlib.sha256((shipped / "policy.json").read_bytes()).hexdigest()
+    ship = export_policy if args.problem == "inline-size" else ship_scorer
+    metadata = ship(args.run, shipped)
+    digest = hashlib.sha256(shipped.read_bytes()).hexdigest()
     print(f"shipped {args.run} → {shipped}")
     description = Corpus(args.corpus).description["optgym"]
     split = description.get("split")

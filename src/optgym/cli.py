@@ -295,7 +295,8 @@ def export(
     run: Annotated[Path, typer.Argument(help="a training run, snapshot or policy directory")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the policy file to write (*.onnx)")],
 ) -> None:
-    """A trained policy as one self-contained ONNX file (network, normalization, metadata) for OPTGYM_POLICY."""
+    """A trained policy as one self-contained ONNX file (network and normalization, or a candidate scorer;
+    metadata) for OPTGYM_POLICY / OPTGYM_EVICT_POLICY."""
     from optgym.errors import OptgymError
     from optgym.policies.export import SUFFIX, export_policy
 
@@ -306,8 +307,9 @@ def export(
     except OptgymError as e:
         _fail(str(e))
     prov = meta["provenance"]
+    shape = f"hidden {meta['network']['hidden']}" if "network" in meta else "a candidate scorer"
     summary = (
-        f"{output}: {meta['problem']} policy, {len(meta['features'])} features, hidden {meta['network']['hidden']}, "
+        f"{output}: {meta['problem']} policy, {len(meta['features'])} features, {shape}, "
         f"{prov.get('algorithm') or 'unknown algorithm'}, trained with {meta['compiler'] or 'an unrecorded compiler'}"
     )
     console.print(summary, highlight=False, soft_wrap=True)

@@ -43,7 +43,7 @@ PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgy
 #: variable naming its policy, the file of the policy shipped for it inside the optgym package).
 CHANNELS = (
     ("inline-size", "OPTGYM_POLICY", os.path.join(PRETRAINED_DIR, "inline-size.onnx")),
-    ("regalloc-evict", "OPTGYM_EVICT_POLICY", os.path.join(PRETRAINED_DIR, "regalloc-evict", "policy.json")),
+    ("regalloc-evict", "OPTGYM_EVICT_POLICY", os.path.join(PRETRAINED_DIR, "regalloc-evict.onnx")),
 )
 #: The shipped inliner policy (``--policy pretrained``).
 PRETRAINED = CHANNELS[0][2]

@@ -31,8 +31,8 @@ class PolicyError(OptgymError):
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 PRETRAINED = PRETRAINED_DIR / "inline-size.onnx"
 PRETRAINED_PROVENANCE = PRETRAINED_DIR / "inline-size.provenance.json"
-#: Each problem's shipped policy, by file name in PRETRAINED_DIR (eviction's: a candidate scorer's directory).
-PRETRAINED_NAMES = {"inline-size": PRETRAINED.name, "regalloc-evict": "regalloc-evict"}
+#: Each problem's shipped policy, by file name in PRETRAINED_DIR (each an ``optgym export`` ONNX file).
+PRETRAINED_NAMES = {"inline-size": PRETRAINED.name, "regalloc-evict": "regalloc-evict.onnx"}
 
 
 def pretrained_path(problem: str = "inline-size") -> Path:

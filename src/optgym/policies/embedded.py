@@ -47,6 +47,7 @@ from optgym.policies.export import (
     read_policy_bytes,
 )
 from optgym.policies.mlp import MLPPolicy, PolicyFileError
+from optgym.policies.scorer import CandidateScorer
 
 POLICY_KEY, GRAPH_SHA_KEY = "optgym.policy", "optgym.graph.sha256"
 EMBED_FORMAT = 1
@@ -141,6 +142,17 @@ class ExportedPolicy(MLPPolicy):
     metadata: dict[str, Any]
 
 
+class ExportedScorer(CandidateScorer):
+    """An exported candidate scorer served by numpy: the trained scorer, plus ``path`` and ``metadata``."""
+
+    path: Path
+    metadata: dict[str, Any]
+
+
+#: How each kind of policy identity (``export.policy_identity``, "KIND:sha256") is loaded.
+_EXPORTED = {"mlp": ExportedPolicy, "scorer": ExportedScorer}
+
+
 def _unpack(path: Path, props: dict[str, str], directory: Path) -> None:
     """Write the embedded policy directory's files into ``directory``."""
     try:
@@ -159,7 +171,7 @@ def _unpack(path: Path, props: dict[str, str], directory: Path) -> None:
         raise ExportError(f"{path} is damaged: its embedded policy cannot be read ({type(e).__name__})") from None
 
 
-def load_embedded(path: Path | str) -> ExportedPolicy | None:
+def load_embedded(path: Path | str) -> ExportedPolicy | ExportedScorer | None:
     """The numpy policy embedded in an exported file, verified (see the module doc); ``None`` when the
     file embeds none (an older export: run it with :class:`OnnxPolicy`)."""
     path = Path(path)
@@ -175,14 +187,18 @@ def load_embedded(path: Path | str) -> ExportedPolicy | None:
         return None
     if props.get(GRAPH_SHA_KEY) != hashlib.sha256(graph).hexdigest():
         OnnxPolicy.load(path)  # damaged (refused here, clearly) or laid out anew by another tool (fine)
-    expected = str((metadata.get("export") or {}).get("policy_identity", ""))
+    kind, _, expected = str((metadata.get("export") or {}).get("policy_identity", "")).partition(":")
+    if kind not in _EXPORTED:
+        raise ExportError(
+            f"{path}: embedded policy of unknown kind {kind!r} (this optgym reads {', '.join(_EXPORTED)})"
+        )
     with tempfile.TemporaryDirectory(prefix="optgym-policy-") as tmp:
         directory = Path(tmp)
         _unpack(path, props, directory)
-        if f"mlp:{file_identity(directory)}" != expected:
+        if file_identity(directory) != expected:
             raise ExportError(f"{path} is damaged: its embedded policy is not the one it was exported from")
         try:
-            policy = ExportedPolicy.load(directory)
+            policy = _EXPORTED[kind].load(directory)
         except (PolicyFileError, OSError, ValueError) as e:
             raise ExportError(f"{path}: its embedded policy cannot be loaded: {e}") from None
     if policy.feature_names != list(metadata.get("features") or []):
@@ -195,4 +211,4 @@ def load_embedded(path: Path | str) -> ExportedPolicy | None:
     return policy
 
 
-__all__ = ["ExportedPolicy", "WireError", "embed_properties", "load_embedded", "read_model_fields"]
+__all__ = ["ExportedPolicy", "ExportedScorer", "WireError", "embed_properties", "load_embedded", "read_model_fields"]

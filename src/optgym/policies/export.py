@@ -58,6 +58,7 @@ import numpy as np
 
 from optgym.policies import PolicyFactory, file_identity
 from optgym.policies.mlp import MLPPolicy, PolicyFileError, is_cxx
+from optgym.policies.scorer import CandidateScorer
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 
@@ -70,6 +71,8 @@ META_KEY, VOCAB_KEY, DIGEST_KEY = "optgym", "optgym.vocab", "optgym.digest"
 #: opset 17 / IR 8: old enough for every maintained ONNX runtime, new enough for ReduceSum's axes input.
 OPSET, IR_VERSION = 17, 8
 INPUT, HEURISTIC, CXX, LOGITS, ACTION = "features", "heuristic", "cxx", "logits", "action"
+MASK, SCORES = "mask", "scores"  # a candidate scorer's graph (see build_scorer_model)
+SCORER_FORM = "candidate-scorer"
 SUFFIX = ".onnx"
 
 
@@ -82,8 +85,7 @@ class ExportError(PolicyFileError):
 
 def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
     """The ONNX model computing ``policy`` from raw features (see the module doc), metadata attached."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     norm = policy.normalizer
     n_features = len(norm.names)
@@ -159,16 +161,61 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
         graph_inputs.append(helper.make_tensor_value_info(HEURISTIC, TensorProto.DOUBLE, ["N"]))
     if policy.inputs.needs_language:
         graph_inputs.append(helper.make_tensor_value_info(CXX, TensorProto.DOUBLE, ["N"]))
-    graph = helper.make_graph(
-        nodes,
-        "optgym_policy",
-        graph_inputs,
-        [
-            helper.make_tensor_value_info(LOGITS, TensorProto.DOUBLE, ["N", n_actions]),
-            helper.make_tensor_value_info(ACTION, TensorProto.INT64, ["N"]),
-        ],
-        initializer=[numpy_helper.from_array(np.ascontiguousarray(v), name=k) for k, v in consts.items()],
-    )
+    outputs = [
+        helper.make_tensor_value_info(LOGITS, TensorProto.DOUBLE, ["N", n_actions]),
+        helper.make_tensor_value_info(ACTION, TensorProto.INT64, ["N"]),
+    ]
+    return _finish_model(nodes, graph_inputs, outputs, consts, metadata, {VOCAB_KEY: policy.vocab.to_json()})
+
+
+def build_scorer_model(scorer: CandidateScorer, metadata: dict[str, Any]) -> onnx.ModelProto:
+    """The ONNX model of a candidate scorer (regalloc eviction): one score per candidate column.
+
+    features  float64 [F, K]   the scorer's columns (``metadata["columns"]``), one row per feature,
+                               one column per candidate — the stream's tensors as clang sends them
+    mask      float64 [K]      0 where the compiler rules the candidate out
+      → scores = weights · features, −inf where masked        float64 [1, K]
+      → action = ArgMax (ties → the first candidate, as numpy)  int64 [1]
+    """
+    from onnx import TensorProto, helper
+
+    consts = {
+        "weights": np.asarray(scorer.weights, np.float64).reshape(1, -1),
+        "zero": np.zeros((), dtype=np.float64),
+        "minus_inf": np.full((), -np.inf, dtype=np.float64),
+    }
+    node = helper.make_node
+    nodes = [
+        node("MatMul", ["weights", INPUT], ["weighted"]),
+        node("Equal", [MASK, "zero"], ["ruled_out"]),
+        node("Where", ["ruled_out", "minus_inf", "weighted"], [SCORES]),
+        node("ArgMax", [SCORES], [ACTION], axis=1, keepdims=0, select_last_index=0),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(INPUT, TensorProto.DOUBLE, [len(scorer.features), "K"]),
+        helper.make_tensor_value_info(MASK, TensorProto.DOUBLE, ["K"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(SCORES, TensorProto.DOUBLE, [1, "K"]),
+        helper.make_tensor_value_info(ACTION, TensorProto.INT64, [1]),
+    ]
+    return _finish_model(nodes, inputs, outputs, consts, metadata, {})
+
+
+def _finish_model(
+    nodes: list[Any],
+    inputs: list[Any],
+    outputs: list[Any],
+    consts: dict[str, np.ndarray],
+    metadata: dict[str, Any],
+    props: dict[str, str],
+) -> onnx.ModelProto:
+    """The checked model of a graph, with optgym's metadata (and ``props``) and the graph's digest."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    initializer = [numpy_helper.from_array(np.ascontiguousarray(v), name=k) for k, v in consts.items()]
+    graph = helper.make_graph(nodes, "optgym_policy", inputs, outputs, initializer=initializer)
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
@@ -177,14 +224,9 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
         doc_string=f"optgym {metadata.get('problem', '')} policy: raw features → action (see metadata 'optgym')",
     )
     model.ir_version = IR_VERSION
-    helper.set_model_props(
-        model,
-        {
-            META_KEY: json.dumps(metadata, sort_keys=True),
-            VOCAB_KEY: policy.vocab.to_json(),
-            DIGEST_KEY: graph_digest(model),
-        },
-    )
+    helper.set_model_props(model, {META_KEY: json.dumps(metadata, sort_keys=True), **props})
+    entry = model.metadata_props.add()
+    entry.key, entry.value = DIGEST_KEY, graph_digest(model)
     onnx.checker.check_model(model, full_check=True)
     return model
 
@@ -325,36 +367,31 @@ def run_provenance(policy_dir: Path) -> dict[str, Any]:
     return prov
 
 
-def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
+def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``run``'s policy (a run, snapshot or policy directory) as one ONNX file; its metadata.
 
-    The file appears atomically, and is loaded back and checked against the numpy policy on random
-    raw features before this returns — an export that would decide differently is never left behind.
+    An MLP or a candidate scorer (:func:`build_scorer_model`). ``provenance`` replaces what the run
+    directory says (for a policy directory written elsewhere from a run's snapshot). The file appears
+    atomically, and is loaded back and checked against the numpy policy on random raw features before
+    this returns — an export that would decide differently is never left behind.
     """
     from optgym.corpus.corpus import atomic_write_bytes
-    from optgym.policies.trained import policy_dir_of
+    from optgym.policies.trained import load_policy_dir, policy_dir_of
 
     run, output = Path(run), Path(output)
     found = policy_dir_of(run)
     if found is None:
         raise ExportError(f"{run} holds no trained policy (a policy directory, or a run with policy/, final/policy/ "
                           "or snapshots/N/policy/)")  # fmt: skip
-    policy = MLPPolicy.load(found)
-    provenance = run_provenance(found)
+    policy = load_policy_dir(found)
+    scorer = isinstance(policy, CandidateScorer)
+    provenance = run_provenance(found) if provenance is None else provenance
     compiler = policy.source.get("compiler") or (provenance.get("versions") or {}).get("clang")
     metadata = {
         "kind": EXPORT_KIND,
         "format_version": EXPORT_FORMAT_VERSION,
         "problem": policy.problem,
         "features": policy.feature_names,
-        "extras": policy.extras,
-        "actions": int(policy.weights[-1][0].shape[1]),
-        "network": {
-            "hidden": policy.hidden,
-            "activation": policy.activation,
-            "dtype": "float64",
-            "input": "raw feature values [N, F]; normalization is inside the graph",
-        },
         "compiler": compiler,
         "source": {**policy.source, **({"compiler": compiler} if compiler else {})},
         "provenance": provenance,
@@ -363,16 +400,31 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
             "onnx": _version("onnx"),
             "opset": OPSET,
             "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "policy_identity": f"mlp:{file_identity(found)}",
+            "policy_identity": f"{'scorer' if scorer else 'mlp'}:{file_identity(found)}",
             "command": f"optgym export {run} -o {output}",
         },
     }
-    model = build_model(policy, metadata)
+    if isinstance(policy, CandidateScorer):
+        metadata |= {"form": SCORER_FORM, "columns": policy.features, "mask": policy.mask,
+                     "languages": policy.languages}  # fmt: skip
+        model = build_scorer_model(policy, metadata)
+    else:
+        metadata |= {
+            "extras": policy.extras,
+            "actions": int(policy.weights[-1][0].shape[1]),
+            "network": {
+                "hidden": policy.hidden,
+                "activation": policy.activation,
+                "dtype": "float64",
+                "input": "raw feature values [N, F]; normalization is inside the graph",
+            },
+        }
+        model = build_model(policy, metadata)
     # The policy directory itself rides along: optgym serves it with numpy (optgym.policies.embedded).
     from optgym.policies.embedded import GRAPH_SHA_KEY, embed_properties, load_embedded, read_model_fields
 
     graph_bytes, props = read_model_fields(model.SerializeToString())
-    for key, value in embed_properties(found, graph_bytes or b"", props[VOCAB_KEY]).items():
+    for key, value in embed_properties(found, graph_bytes or b"", props.get(VOCAB_KEY, "")).items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     data = model.SerializeToString()
@@ -381,19 +433,46 @@ def export_policy(run: Path | str, output: Path | str) -> dict[str, Any]:
         raise ExportError("protobuf laid the graph out differently on a second serialization: not written")
     atomic_write_bytes(output, data)
     try:
-        exported, served = OnnxPolicy.load(output), load_embedded(output)
-        rng = np.random.default_rng(0)
-        probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
-        heuristic, cxx = rng.integers(0, 2, size=256), rng.integers(0, 2, size=256)
-        trained = policy.logits(probe, heuristic, cxx)
-        if served is None or not np.array_equal(served.logits(probe, heuristic, cxx), trained):
-            raise ExportError(f"the embedded policy computes differently from {found}: not written")
-        if not np.array_equal(exported.actions(probe, heuristic, cxx), trained.argmax(-1)):
-            raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
+        served = load_embedded(output)
+        if isinstance(policy, CandidateScorer):
+            _check_scorer_export(policy, served, output, found)
+        else:
+            _check_mlp_export(policy, served, output, found)
     except BaseException:
         output.unlink(missing_ok=True)  # an export that would decide differently is never left behind
         raise
     return metadata
+
+
+def _check_mlp_export(policy: MLPPolicy, served: Any, output: Path, found: Path) -> None:
+    """The embedded policy and the graph (on onnxruntime) against the training policy, on random features."""
+    exported = OnnxPolicy.load(output)
+    rng = np.random.default_rng(0)
+    probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
+    heuristic, cxx = rng.integers(0, 2, size=256), rng.integers(0, 2, size=256)
+    trained = policy.logits(probe, heuristic, cxx)
+    if served is None or not np.array_equal(served.logits(probe, heuristic, cxx), trained):
+        raise ExportError(f"the embedded policy computes differently from {found}: not written")
+    if not np.array_equal(exported.actions(probe, heuristic, cxx), trained.argmax(-1)):
+        raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
+
+
+def _check_scorer_export(scorer: CandidateScorer, served: Any, output: Path, found: Path) -> None:
+    """The embedded scorer (exactly) and the graph on onnxruntime (the same choice, scores within rounding:
+    it sums in its own order) against the trained scorer, on random candidate tables of 33 columns (as
+    eviction's), some masked."""
+    session = _session(read_policy_bytes(output), output)
+    rng = np.random.default_rng(0)
+    for _ in range(64):
+        table = rng.integers(-4, 64, size=(len(scorer.features), 33)).astype(np.float64)
+        mask = (rng.random(33) < 0.7).astype(np.float64)
+        features = {**dict(zip(scorer.features, table, strict=True)), scorer.mask: mask}
+        trained = scorer.scores(features)
+        if served is None or not np.array_equal(served.scores(features), trained):
+            raise ExportError(f"the embedded scorer computes differently from {found}: not written")
+        scores, action = session.run([SCORES, ACTION], {INPUT: table, MASK: mask})  # its own summation order
+        if not np.allclose(scores[0], trained, rtol=1e-12, atol=1e-12) or int(action[0]) != int(np.argmax(trained)):
+            raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
 
 
 # -- loading and serving --------------------------------------------------------------------------
@@ -463,9 +542,11 @@ class OnnxPolicy:
         metadata = check_metadata(path, props)
         if props.get(DIGEST_KEY) != graph_digest(model):
             raise ExportError(f"{path} is damaged: its graph does not match the digest recorded at export")
-        features = metadata.get("features")
+        # an MLP takes [N, features]; a scorer [columns, K] (its features are the columns and the mask)
+        scorer = metadata.get("form") == SCORER_FORM
+        features = metadata.get("columns" if scorer else "features")
         dims = model.graph.input[0].type.tensor_type.shape.dim if model.graph.input else []
-        if not isinstance(features, list) or len(dims) != 2 or dims[1].dim_value != len(features):
+        if not isinstance(features, list) or len(dims) != 2 or dims[0 if scorer else 1].dim_value != len(features):
             raise ExportError(f"{path}: the graph's input does not take the {len(features or [])} recorded features")
         vocab = None
         if VOCAB_KEY in props:
@@ -551,13 +632,13 @@ def _session(data: bytes, path: Path) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path: str, stamp: int) -> OnnxPolicy | MLPPolicy:
+def _load_cached(path: str, stamp: int) -> OnnxPolicy | MLPPolicy | CandidateScorer:
     from optgym.policies.embedded import load_embedded
 
     return load_embedded(path) or OnnxPolicy.load(path)
 
 
-def load_onnx_policy(path: str, seed: int | None = None) -> OnnxPolicy | MLPPolicy:
+def load_onnx_policy(path: str, seed: int | None = None) -> OnnxPolicy | MLPPolicy | CandidateScorer:
     """Builder run inside workers (cached per path and modification time, as the numpy policies are).
 
     An export that embeds its policy directory runs on numpy — the training policy itself, faster per
@@ -586,6 +667,7 @@ __all__ = [
     "ExportError",
     "OnnxPolicy",
     "build_model",
+    "build_scorer_model",
     "export_policy",
     "graph_digest",
     "is_exported_policy",

@@ -316,6 +316,9 @@ def es_command(
         str, typer.Option(help="decision problem (regalloc-evict trains a candidate scorer, no vocab)")
     ] = "inline-size",
     language: Annotated[str | None, typer.Option(help="train on only the C or only the C++ modules")] = None,
+    loss_weight: Annotated[
+        float, typer.Option(help="a module made larger counts (1 + W) times its reward: fewer regressions")
+    ] = 0.0,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
@@ -337,7 +340,7 @@ def es_command(
                        iterations=iterations or 10, directions=directions, modules_per_iteration=modules_per_iteration,
                        sigma=sigma, learning_rate=learning_rate, workers=workers, snapshot_every=snapshot_every,
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
-                       language=language)  # fmt: skip
+                       language=language, loss_weight=loss_weight)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

@@ -11,6 +11,9 @@ problem's own rule and needs no vocab. Each iteration
    worker — and scores each with MLGO's reward ``1 − (size + δ) / (heuristic + δ)``;
 3. estimates the gradient ``g = Σ_i (F⁺_i − F⁻_i) ε_i / (2nσ)`` from the per-direction mean rewards
    (a module that failed either way is left out of that pair) and takes an Adam ascent step.
+   With ``loss_weight`` w > 0 a module made larger counts ``(1 + w)`` times its (negative) reward:
+   the size target caps the share of modules made worse, and a plain mean trades one module's
+   loss for another's gain at par.
 
 No value function, no per-decision credit: the whole compile is one sample, which suits a reward
 that only exists once the object is measured. Snapshots (θ, Adam's moments and step, the numpy
@@ -75,7 +78,8 @@ class ESConfig:
     hidden: list[int] = field(default_factory=lambda: [64, 64])
     final_eval: bool = True
     problem: str = "inline-size"
-    language: str | None = None  # train on "C" or "C++" modules only
+    language: str | None = None  # train on "C" or "C++" modules only (a scorer then decides only that one)
+    loss_weight: float = 0.0  # a module made larger counts (1 + loss_weight) times in the fitness
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,11 @@ def es_rollout(task: ESTask) -> dict[str, Any]:
     elif not base.ok:
         out["status"] = f"heuristic {base.status}"
     return out
+
+
+def loss_weighted(reward: float, weight: float) -> float:
+    """A module's share of the fitness: its reward, a loss (reward < 0) counted ``1 + weight`` times."""
+    return reward if reward >= 0 else (1 + weight) * reward
 
 
 class Adam:
@@ -180,6 +189,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             policy = CandidateScorer.initial(cfg.problem)
         else:
             policy = MLPPolicy.initial(Vocab.load(cfg.vocab), cfg.hidden, seed=cfg.seed, problem=cfg.problem)  # type: ignore[arg-type]
+        if isinstance(policy, CandidateScorer) and cfg.language and policy.languages is None:
+            policy.languages = [cfg.language]  # it decides what it was trained on
         theta = policy.parameters()
         adam = Adam(theta.size, cfg.learning_rate)
         iteration = 0
@@ -220,7 +231,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             results.setdefault(r["key"], {})[r["module"]] = r
         elapsed = time.perf_counter() - start
 
-        # fitness per direction: mean reward over the modules that compiled both ways
+        # fitness per direction: mean (loss-weighted) reward over the modules that compiled both ways
+        fit = functools.partial(loss_weighted, weight=cfg.loss_weight)
         grad = np.zeros_like(theta)
         fitness, rewards, sizes, heuristic = [], [], 0, 0
         for i in range(cfg.directions):
@@ -229,8 +241,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             failures += sum(1 for side in (plus, minus) for r in side.values() if "reward" not in r)
             if not both:
                 continue
-            f_plus = float(np.mean([plus[m]["reward"] for m in both]))
-            f_minus = float(np.mean([minus[m]["reward"] for m in both]))
+            f_plus = float(np.mean([fit(plus[m]["reward"]) for m in both]))
+            f_minus = float(np.mean([fit(minus[m]["reward"]) for m in both]))
             grad += (f_plus - f_minus) * eps[i]
             fitness += [f_plus, f_minus]
             for side in (plus, minus):
@@ -275,4 +287,4 @@ def config_from_run(path: Path) -> ESConfig:
     return ESConfig(**{k: v for k, v in options.items() if k in ESConfig.__dataclass_fields__})
 
 
-__all__ = ["Adam", "ESConfig", "config_from_run", "es_rollout", "train_es"]
+__all__ = ["Adam", "ESConfig", "config_from_run", "es_rollout", "loss_weighted", "train_es"]
