@@ -384,7 +384,7 @@ def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, 
         raise ExportError(f"{run} holds no trained policy (a policy directory, or a run with policy/, final/policy/ "
                           "or snapshots/N/policy/)")  # fmt: skip
     policy = load_policy_dir(found)
-    scorer = isinstance(policy, CandidateScorer)
+    kind = "scorer" if isinstance(policy, CandidateScorer) else "mlp"  # how load_embedded reads it back
     provenance = run_provenance(found) if provenance is None else provenance
     compiler = policy.source.get("compiler") or (provenance.get("versions") or {}).get("clang")
     metadata = {
@@ -400,7 +400,7 @@ def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, 
             "onnx": _version("onnx"),
             "opset": OPSET,
             "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "policy_identity": f"{'scorer' if scorer else 'mlp'}:{file_identity(found)}",
+            "policy_identity": f"{kind}:{file_identity(found)}",
             "command": f"optgym export {run} -o {output}",
         },
     }

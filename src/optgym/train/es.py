@@ -213,6 +213,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv")
     failures = 0
+    fit = functools.partial(loss_weighted, weight=cfg.loss_weight)  # a module's share of a direction's fitness
     while iteration < cfg.iterations:
         iteration += 1
         rng = np.random.default_rng([cfg.seed, iteration])
@@ -232,7 +233,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         elapsed = time.perf_counter() - start
 
         # fitness per direction: mean (loss-weighted) reward over the modules that compiled both ways
-        fit = functools.partial(loss_weighted, weight=cfg.loss_weight)
         grad = np.zeros_like(theta)
         fitness, rewards, sizes, heuristic = [], [], 0, 0
         for i in range(cfg.directions):
