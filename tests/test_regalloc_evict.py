@@ -124,33 +124,36 @@ def test_the_starting_scorer_follows_its_rule(pressure_corpus, toolchain, no_lef
     assert len(checked) > 0 and any(a != NOTHING for a in checked)
 
 
-def test_es_trains_a_scorer_that_evaluate_loads(pressure_corpus, tmp_path, no_leftovers):
+@pytest.mark.parametrize(("problem", "shape"), [("regalloc-evict", "a candidate scorer"),
+                                               ("regalloc-priority", "a log-linear scorer")])  # fmt: skip
+def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, pressure_corpus, tmp_path, no_leftovers):
+    """Both scorer forms: eviction's candidate scorer, and the log-linear scorer of allocation priority."""
     from typer.testing import CliRunner
 
     from optgym.cli import app
 
+    start = CandidateScorer.initial(problem)
     run = tmp_path / "run"
-    args = ["train", "es", "--problem", "regalloc-evict", "--language", "C", "--corpus", str(pressure_corpus.root),
+    args = ["train", "es", "--problem", problem, "--language", "C", "--corpus", str(pressure_corpus.root),
             "-o", str(run), "--iterations", "2", "--directions", "2", "--sigma", "0.5", "-j", "1",
             "--loss-weight", "1", "--no-final-eval"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "4 compiles" in result.output  # 2 directions × 2 signs × 1 module, each iteration
     scorer = resolve_policy(str(run)).build()
-    assert isinstance(scorer, CandidateScorer) and scorer.features == START.features
+    assert type(scorer) is type(start) and scorer.features == start.features
     assert scorer.languages == ["C"]  # trained on C modules only, it decides C only
-    assert scorer.parameters().shape == START.parameters().shape
-    out = rollout(
-        get_problem("regalloc-evict"), pressure_corpus["pressure"], find_toolchain(("regalloc-evict",)), scorer
-    )
+    assert scorer.parameters().shape == start.parameters().shape
+    assert not np.array_equal(scorer.parameters(), start.parameters())  # two steps moved it
+    out = rollout(get_problem(problem), pressure_corpus["pressure"], find_toolchain((problem,)), scorer)
     assert out.result.ok and out.result.decisions > 0
-    rows = evaluate(str(run), pressure_corpus, problem="regalloc-evict", workers=1, progress=False)
+    rows = evaluate(str(run), pressure_corpus, problem=problem, workers=1, progress=False)
     assert [r.status for r in rows] == ["ok"] and rows[0].decisions == out.result.decisions
     assert rows[0].policy_text == out.result.metrics["text_bytes"] and rows[0].never_text is None
     assert summarize(rows)["never_inline_text_bytes"] is None  # no never-inline row in the report
-    exported = CliRunner().invoke(app, ["export", str(run), "-o", str(tmp_path / "evict.onnx")])
-    assert exported.exit_code == 0 and "a candidate scorer" in exported.output, exported.output
-    again = evaluate(str(tmp_path / "evict.onnx"), pressure_corpus, problem="regalloc-evict", workers=1, progress=False)
+    exported = CliRunner().invoke(app, ["export", str(run), "-o", str(tmp_path / "scorer.onnx")])
+    assert exported.exit_code == 0 and shape in exported.output, exported.output
+    again = evaluate(str(tmp_path / "scorer.onnx"), pressure_corpus, problem=problem, workers=1, progress=False)
     assert again[0].policy_text == rows[0].policy_text  # the export decides as the run's policy
     other = [*args[:-1], "--language", "C++", "-o", str(tmp_path / "none")]
     assert "no modules to train on" in CliRunner().invoke(app, other).output

@@ -5,11 +5,13 @@
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to
-   ``inline-size.onnx``, an eviction scorer (19 weights) to ``regalloc-evict.onnx`` with the compiler
-   it was trained with, deciding only the language it was trained on (``train es --language``);
+   ``inline-size.onnx``, an eviction scorer (19 weights) to ``regalloc-evict.onnx``, a priority scorer
+   (4) to ``regalloc-priority.onnx``, each scorer with the compiler it was trained with, deciding only the
+   language it was trained on (``train es --language``);
 2. the policy, as shipped, compiled on the held-out side of ``CORPUS``'s stored split (packages the
-   run never saw), figures per language; for eviction also together with the shipped inliner (what
-   ``optgym-cc`` runs by default), and on ``--train-sample`` modules of the training side;
+   run never saw), figures per language; for a register-allocation scorer also together with every
+   policy shipped (what ``optgym-cc`` runs by default), and on ``--train-sample`` modules of the
+   training side;
 3. ``<problem>.provenance.json`` beside it: the training packages and their exact Debian versions,
    the held-out ones, the command that reproduces the run, the compiler, the figures on the training
    side and on the held-out packages.
@@ -28,7 +30,7 @@ from pathlib import Path
 from optgym.corpus import Corpus
 from optgym.corpus.corpus import atomic_write_bytes
 from optgym.evaluate.evaluation import evaluate
-from optgym.policies import pretrained_path, pretrained_provenance
+from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
 from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
@@ -86,7 +88,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="the trained run (or policy directory) to ship")
     parser.add_argument("--corpus", type=Path, required=True, help="the corpus whose test side is held out")
-    parser.add_argument("--problem", default="inline-size", choices=("inline-size", "regalloc-evict"))
+    parser.add_argument("--problem", default="inline-size", choices=tuple(PRETRAINED_NAMES))
     parser.add_argument("--train-sample", type=int, default=0,
                         help="also evaluate this many training modules (0: the run's own figures only)")  # fmt: skip
     parser.add_argument("-j", "--workers", type=int, default=None)
@@ -110,10 +112,12 @@ def main() -> int:
         train_rows = evaluate("pretrained", train_corpus, problem=args.problem, workers=args.workers,
                               modules=sample(train_corpus, args.train_sample), progress=True)  # fmt: skip
         figures["training_sample"] = by_language(train_rows, train_corpus)
-    if args.problem != "inline-size":  # what optgym-cc runs by default: the shipped inliner beside it
+    if args.problem != "inline-size":  # what optgym-cc runs by default: every shipped policy of the compile
+        beside = [p for p in PRETRAINED_NAMES if p != "inline-size" and pretrained_path(p).is_file()]
         together = evaluate("pretrained", heldout_corpus, workers=args.workers, progress=True,
-                            companions=[(args.problem, "pretrained")])  # fmt: skip
-        figures["heldout_with_shipped_inliner"] = by_language(together, heldout_corpus)
+                            companions=[(p, "pretrained") for p in beside])  # fmt: skip
+        figures["heldout_with_shipped_policies"] = {"with": ["inline-size", *beside],
+                                                    **by_language(together, heldout_corpus)}  # fmt: skip
     packages = description.get("packages", {})
     test_groups = set(split["test_groups"])
     provenance = {

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from optgym.corpus.cli import corpus_app
-from optgym.train.cli import search_command, trace_command, train_app, vocab_command
+from optgym.train.cli import Companions, parse_companions, search_command, trace_command, train_app, vocab_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(corpus_app, name="corpus")
@@ -177,10 +177,7 @@ def evaluate(
     all_snapshots: Annotated[
         bool, typer.Option("--all-snapshots", help="POLICY is a run: evaluate every snapshot too (the snapshot curve)")
     ] = False,
-    with_: Annotated[
-        list[str] | None,
-        typer.Option("--with", help="PROBLEM=POLICY: another problem of the same compiles decided by this policy"),
-    ] = None,
+    with_: Companions = None,
 ) -> None:
     """Compile a corpus with a policy and with clang's heuristic; write report.json, modules.csv, report.md, plots.
 
@@ -205,12 +202,7 @@ def evaluate(
             if not modules:
                 _fail(f"{corpus} has no {language} modules (split {split})")
         factory = resolve_policy(policy, problem)
-        companions = []
-        for item in with_ or ():
-            name, sep, spec = item.partition("=")
-            if not sep or not spec:
-                _fail(f"--with {item!r}: PROBLEM=POLICY, e.g. regalloc-evict=pretrained")
-            companions.append((name, spec))
+        companions = parse_companions(with_)
         hooks = [get_problem(name).hook for name in (problem, *(name for name, _ in companions))]
         toolchain = find_toolchain(tuple(hooks))
         rows = run_evaluation(policy, corpus_obj, problem=problem, modules=modules, workers=workers, mode=mode,
@@ -307,7 +299,8 @@ def export(
     except OptgymError as e:
         _fail(str(e))
     prov = meta["provenance"]
-    shape = f"hidden {meta['network']['hidden']}" if "network" in meta else "a candidate scorer"
+    shapes = {"candidate-scorer": "a candidate scorer", "log-linear-scorer": "a log-linear scorer"}
+    shape = f"hidden {meta['network']['hidden']}" if "network" in meta else shapes[meta["form"]]
     summary = (
         f"{output}: {meta['problem']} policy, {len(meta['features'])} features, {shape}, "
         f"{prov.get('algorithm') or 'unknown algorithm'}, trained with {meta['compiler'] or 'an unrecorded compiler'}"

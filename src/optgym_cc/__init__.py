@@ -9,13 +9,15 @@ gone when idle) and exits with clang's status. stdout, stderr and the outputs ar
 failure of the policy or the server falls back to a plain compile with one warning line on stderr,
 unless ``OPTGYM_STRICT=1`` makes it an error.
 
-Two decisions of a compile can be served, each by its own policy over its own channel: inlining
-(``OPTGYM_POLICY``) and register allocation's eviction (``OPTGYM_EVICT_POLICY``). A compile whose
-policies are all ``heuristic`` is clang's own and never reaches the server.
+Three decisions of a compile can be served, each by its own policy over its own channel: inlining
+(``OPTGYM_POLICY``), and register allocation's eviction (``OPTGYM_EVICT_POLICY``) and order of live
+ranges (``OPTGYM_PRIORITY_POLICY``). A compile whose policies are all ``heuristic`` is clang's own and
+never reaches the server.
 
 Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…;
 default ``pretrained``, the policy shipped in the package, or ``heuristic`` where none is shipped),
-``OPTGYM_EVICT_POLICY`` (the same for eviction: ``heuristic`` is clang's default advisor),
+``OPTGYM_EVICT_POLICY`` and ``OPTGYM_PRIORITY_POLICY`` (the same for eviction and allocation priority:
+``heuristic`` is clang's default advisor),
 ``OPTGYM_SERVE_OPT`` (the ``-O`` levels served, default ``z,s``), ``OPTGYM_STRICT``, ``OPTGYM_GUARD=1``
 (clang's own compile runs beside the policy's and the smaller object is kept: no object larger than
 clang's, for a second compile's CPU),
@@ -44,6 +46,7 @@ PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgy
 CHANNELS = (
     ("inline-size", "OPTGYM_POLICY", os.path.join(PRETRAINED_DIR, "inline-size.onnx")),
     ("regalloc-evict", "OPTGYM_EVICT_POLICY", os.path.join(PRETRAINED_DIR, "regalloc-evict.onnx")),
+    ("regalloc-priority", "OPTGYM_PRIORITY_POLICY", os.path.join(PRETRAINED_DIR, "regalloc-priority.onnx")),
 )
 #: The shipped inliner policy (``--policy pretrained``).
 PRETRAINED = CHANNELS[0][2]

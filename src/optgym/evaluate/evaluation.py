@@ -163,6 +163,20 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
     }
 
 
+def companion_factories(
+    problem: str, companions: Sequence[tuple[str, str]], workers: int | None
+) -> tuple[tuple[str, PolicyFactory], ...]:
+    """``(problem, policy spec)`` pairs resolved into factories a worker builds the policies from: each
+    deterministic (a compile with them is one result), each problem decided once."""
+    with_policies = tuple((get_problem(name).name, portable_policy(resolve_policy(spec, name), workers))
+                          for name, spec in companions)  # fmt: skip
+    if any(factory.stochastic for _, factory in with_policies):
+        raise OptgymError("a companion policy must be deterministic (random:SEED, not random)")
+    if len({problem, *(name for name, _ in with_policies)}) != 1 + len(with_policies):
+        raise OptgymError(f"each problem is decided once: {problem} with {[name for name, _ in with_policies]}")
+    return with_policies
+
+
 def evaluate(
     policy: str,
     corpus: Corpus | Path | str,
@@ -190,12 +204,7 @@ def evaluate(
     transcripts = str(transcript_dir) if transcript_dir else None
     if transcripts and companions:
         raise OptgymError("a transcript records one channel: evaluate without --with to record one")
-    with_policies = tuple((get_problem(name).name, portable_policy(resolve_policy(spec, name), workers))
-                          for name, spec in companions)  # fmt: skip
-    if any(factory.stochastic for _, factory in with_policies):
-        raise OptgymError("a companion policy must be deterministic (random:SEED, not random)")
-    if len({problem, *(name for name, _ in with_policies)}) != 1 + len(with_policies):
-        raise OptgymError(f"each problem is decided once: {problem} with {[name for name, _ in with_policies]}")
+    with_policies = companion_factories(problem, companions, workers)
     sources = portable_modules([corpus.module(n) for n in names], workers)
     tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts, with_policies)
              for i, (n, source) in enumerate(zip(names, sources, strict=True))]  # fmt: skip

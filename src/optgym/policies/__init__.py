@@ -32,7 +32,11 @@ PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 PRETRAINED = PRETRAINED_DIR / "inline-size.onnx"
 PRETRAINED_PROVENANCE = PRETRAINED_DIR / "inline-size.provenance.json"
 #: Each problem's shipped policy, by file name in PRETRAINED_DIR (each an ``optgym export`` ONNX file).
-PRETRAINED_NAMES = {"inline-size": PRETRAINED.name, "regalloc-evict": "regalloc-evict.onnx"}
+PRETRAINED_NAMES = {
+    "inline-size": PRETRAINED.name,
+    "regalloc-evict": "regalloc-evict.onnx",
+    "regalloc-priority": "regalloc-priority.onnx",
+}
 
 
 def pretrained_path(problem: str = "inline-size") -> Path:

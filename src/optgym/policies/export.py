@@ -58,7 +58,7 @@ import numpy as np
 
 from optgym.policies import PolicyFactory, file_identity
 from optgym.policies.mlp import MLPPolicy, PolicyFileError, is_cxx
-from optgym.policies.scorer import CandidateScorer
+from optgym.policies.scorer import TINY, CandidateScorer, LogLinearScorer
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 
@@ -73,6 +73,7 @@ OPSET, IR_VERSION = 17, 8
 INPUT, HEURISTIC, CXX, LOGITS, ACTION = "features", "heuristic", "cxx", "logits", "action"
 MASK, SCORES = "mask", "scores"  # a candidate scorer's graph (see build_scorer_model)
 SCORER_FORM = "candidate-scorer"
+LOG_LINEAR_FORM = "log-linear-scorer"
 SUFFIX = ".onnx"
 
 
@@ -198,6 +199,43 @@ def build_scorer_model(scorer: CandidateScorer, metadata: dict[str, Any]) -> onn
     outputs = [
         helper.make_tensor_value_info(SCORES, TensorProto.DOUBLE, [1, "K"]),
         helper.make_tensor_value_info(ACTION, TensorProto.INT64, [1]),
+    ]
+    return _finish_model(nodes, inputs, outputs, consts, metadata, {})
+
+
+def build_log_linear_model(scorer: LogLinearScorer, metadata: dict[str, Any]) -> onnx.ModelProto:
+    """The ONNX model of a log-linear scorer (regalloc priority): one number per column.
+
+    features  float64 [F, K]   the scorer's features (``metadata["columns"]``), one row each, one column per
+                               answer wanted (clang asks for one); finite (the stream's ``inf`` as the largest
+                               double, as optgym reads it)
+      → scores = b + weights · ln max(features, TINY)        float64 [1, K]
+      → action = ceiling where scores ≥ ln ceiling, else e^scores   float64 [1, K]
+    """
+    from onnx import TensorProto, helper
+
+    consts = {
+        "weights": np.asarray(scorer.weights, np.float64).reshape(1, -1),
+        "tiny": np.array(TINY, np.float64),
+        "bias": np.array(scorer.bias, np.float64),
+        "log_ceiling": np.array(math.log(scorer.ceiling), np.float64),
+        "ceiling": np.array(scorer.ceiling, np.float64),
+    }
+    node = helper.make_node
+    nodes = [
+        node("Max", [INPUT, "tiny"], ["floored"]),
+        node("Log", ["floored"], ["logs"]),
+        node("MatMul", ["weights", "logs"], ["weighted"]),
+        node("Add", ["weighted", "bias"], [SCORES]),
+        node("Min", [SCORES, "log_ceiling"], ["capped"]),
+        node("Exp", ["capped"], ["raised"]),
+        node("GreaterOrEqual", [SCORES, "log_ceiling"], ["at_ceiling"]),
+        node("Where", ["at_ceiling", "ceiling", "raised"], [ACTION]),
+    ]
+    inputs = [helper.make_tensor_value_info(INPUT, TensorProto.DOUBLE, [len(scorer.features), "K"])]
+    outputs = [
+        helper.make_tensor_value_info(SCORES, TensorProto.DOUBLE, [1, "K"]),
+        helper.make_tensor_value_info(ACTION, TensorProto.DOUBLE, [1, "K"]),
     ]
     return _finish_model(nodes, inputs, outputs, consts, metadata, {})
 
@@ -404,7 +442,10 @@ def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, 
             "command": f"optgym export {run} -o {output}",
         },
     }
-    if isinstance(policy, CandidateScorer):
+    if isinstance(policy, LogLinearScorer):
+        metadata |= {"form": LOG_LINEAR_FORM, "columns": policy.features, "languages": policy.languages}
+        model = build_log_linear_model(policy, metadata)
+    elif isinstance(policy, CandidateScorer):
         metadata |= {"form": SCORER_FORM, "columns": policy.features, "mask": policy.mask,
                      "languages": policy.languages}  # fmt: skip
         model = build_scorer_model(policy, metadata)
@@ -434,7 +475,9 @@ def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, 
     atomic_write_bytes(output, data)
     try:
         served = load_embedded(output)
-        if isinstance(policy, CandidateScorer):
+        if isinstance(policy, LogLinearScorer):
+            _check_log_linear_export(policy, served, output, found)
+        elif isinstance(policy, CandidateScorer):
             _check_scorer_export(policy, served, output, found)
         else:
             _check_mlp_export(policy, served, output, found)
@@ -473,6 +516,24 @@ def _check_scorer_export(scorer: CandidateScorer, served: Any, output: Path, fou
         scores, action = session.run([SCORES, ACTION], {INPUT: table, MASK: mask})  # its own summation order
         if not np.allclose(scores[0], trained, rtol=1e-12, atol=1e-12) or int(action[0]) != int(np.argmax(trained)):
             raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
+
+
+def _check_log_linear_export(scorer: LogLinearScorer, served: Any, output: Path, found: Path) -> None:
+    """The embedded scorer (exactly) and the graph on onnxruntime (within rounding) against the trained one,
+    on random features spanning what clang sends (sizes, stages, weights from 0 to the stream's ``inf``)."""
+    session = _session(read_policy_bytes(output), output)
+    rng = np.random.default_rng(0)
+    for _ in range(16):
+        table = np.exp(rng.uniform(-12.0, 12.0, size=(len(scorer.features), 64)))
+        table[rng.random(table.shape) < 0.05] = 0.0
+        table[rng.random(table.shape) < 0.05] = np.finfo(np.float64).max
+        trained = scorer.values(table)
+        features = dict(zip(scorer.features, table, strict=True))
+        if served is None or not np.array_equal(served.scores(features), trained):
+            raise ExportError(f"the embedded scorer computes differently from {found}: not written")
+        (action,) = session.run([ACTION], {INPUT: table})
+        if not np.allclose(action[0], trained, rtol=1e-12, atol=0.0):
+            raise ExportError(f"the exported graph computes differently from {found} on random features: not written")
 
 
 # -- loading and serving --------------------------------------------------------------------------
@@ -543,7 +604,7 @@ class OnnxPolicy:
         if props.get(DIGEST_KEY) != graph_digest(model):
             raise ExportError(f"{path} is damaged: its graph does not match the digest recorded at export")
         # an MLP takes [N, features]; a scorer [columns, K] (its features are the columns and the mask)
-        scorer = metadata.get("form") == SCORER_FORM
+        scorer = metadata.get("form") in (SCORER_FORM, LOG_LINEAR_FORM)
         features = metadata.get("columns" if scorer else "features")
         dims = model.graph.input[0].type.tensor_type.shape.dim if model.graph.input else []
         if not isinstance(features, list) or len(dims) != 2 or dims[0 if scorer else 1].dim_value != len(features):

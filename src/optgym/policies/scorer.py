@@ -8,9 +8,15 @@ default advisor's rule in one line: evict what interferes least, unless the regi
 (the last column) is lighter still. Few parameters and no normalizer suit evolution strategies, whose
 sample cost grows with the parameter count.
 
+A problem whose action is one number rather than a pick (the allocator's priority of a live range)
+is decided by the same few weights read as exponents: :class:`LogLinearScorer`, ``value = e^b · Π_f
+x_f^{w_f}``. A problem names its form (``Problem.scorer_form``); :meth:`CandidateScorer.initial` and
+:meth:`CandidateScorer.load` build the right class.
+
 On disk a scorer is a directory with one ``policy.json``: ``{"kind": "optgym-policy", "form":
 "candidate-scorer", "problem", "features", "weights", "source", "languages"}`` (``languages``: the
-families it decides, ``null`` for all).
+families it decides, ``null`` for all); a log-linear one has form "log-linear-scorer" and adds
+``bias`` and ``ceiling``.
 """
 
 from __future__ import annotations
@@ -30,19 +36,23 @@ from optgym.problems import ProblemError, problem_class
 from optgym.rollout.rollout import DecisionPoint
 
 FORM = "candidate-scorer"
+LOG_LINEAR_FORM = "log-linear-scorer"
+#: Where a log-linear scorer's inputs are cut from below before the logarithm (a spill weight of 0, say).
+TINY = 1e-30
 
 
 class CandidateScorer:
     """``argmax over valid columns c of Σ_f w_f · x_{f,c}``; greedy (a scorer has no sampling mode)."""
 
     greedy = True
+    form: str = FORM
 
     def __init__(
         self,
         weights: Mapping[str, float],
         *,
         problem: str,
-        mask: str = "mask",
+        mask: str | None = "mask",
         source: dict[str, Any] | None = None,
         languages: Sequence[str] | None = None,
     ) -> None:
@@ -56,11 +66,15 @@ class CandidateScorer:
 
     @classmethod
     def initial(cls, problem: str, **kw: Any) -> CandidateScorer:
-        """The problem's own starting rule (its ``scorer_start``), every other column feature at weight 0."""
-        start = problem_class(problem).scorer_start
-        if start is None:
+        """The problem's own starting rule (its ``scorer_start``), every other column feature at weight 0; a
+        :class:`LogLinearScorer` where the problem's action is a number."""
+        spec = problem_class(problem)
+        if spec.scorer_start is None:
             raise ProblemError(f"{problem} has no candidate columns to score")
-        return cls(dict(start), problem=problem, **kw)
+        if spec.scorer_form == "log-linear":
+            return LogLinearScorer(dict(spec.scorer_start), problem=problem, bias=spec.scorer_bias_start,
+                                   ceiling=spec.scorer_ceiling, **kw)  # fmt: skip
+        return cls(dict(spec.scorer_start), problem=problem, **kw)
 
     @property
     def feature_names(self) -> list[str]:
@@ -104,13 +118,14 @@ class CandidateScorer:
         directory.mkdir(parents=True, exist_ok=True)
         meta = {
             "kind": "optgym-policy",
-            "form": FORM,
+            "form": self.form,
             "problem": self.problem,
             "mask": self.mask,
             "features": self.features,
             "weights": self.weights.tolist(),
             "source": self.source,
             "languages": self.languages,
+            **self._more_meta(),
         }
         atomic_write_bytes(directory / "policy.json", json.dumps(meta, indent=2).encode())
         return directory
@@ -119,19 +134,81 @@ class CandidateScorer:
     def load(cls, directory: Path | str) -> CandidateScorer:
         meta = read_versioned(Path(directory) / "policy.json", error=PolicyFileError, what="policy",
                               missing="not a policy directory", max_version=1)  # fmt: skip
-        if meta.get("form") != FORM or len(meta.get("features", ())) != len(meta.get("weights", ())):
+        if meta.get("form") not in _FORMS or len(meta.get("features", ())) != len(meta.get("weights", ())):
             raise PolicyFileError(f"{directory}/policy.json is not a candidate scorer")
         weights = dict(zip(meta["features"], meta["weights"], strict=True))
-        return cls(weights, problem=meta["problem"], mask=meta.get("mask", "mask"), source=meta.get("source", {}),
-                   languages=meta.get("languages"))  # fmt: skip
+        common = {"problem": meta["problem"], "source": meta.get("source", {}), "languages": meta.get("languages")}
+        if meta["form"] == LOG_LINEAR_FORM:
+            return LogLinearScorer(weights, bias=float(meta["bias"]), ceiling=float(meta["ceiling"]), **common)
+        return cls(weights, mask=meta.get("mask", "mask"), **common)
+
+    def _more_meta(self) -> dict[str, Any]:
+        return {}
+
+
+class LogLinearScorer(CandidateScorer):
+    """``value = min(e^(b + Σ_f w_f · ln max(x_f, TINY)), ceiling)``: the action of a problem whose answer is
+    one number (a live range's allocation priority). The weights are exponents — ``e^b · Π_f x_f^{w_f}`` —
+    so a start like "10⁶ · spill weight" is one weight and the bias; and the order of values, which is all a
+    priority queue reads, moves smoothly with them. Parameters for ES: the weights, then ``b``."""
+
+    form = LOG_LINEAR_FORM
+
+    def __init__(
+        self,
+        weights: Mapping[str, float],
+        *,
+        problem: str,
+        bias: float = 0.0,
+        ceiling: float = float("inf"),
+        source: dict[str, Any] | None = None,
+        languages: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(weights, problem=problem, source=source, languages=languages)
+        self.bias, self.ceiling = float(bias), float(ceiling)
+        self.mask, self._read = None, list(self.features)  # no mask: every answer is valid
+
+    def log_values(self, rows: np.ndarray) -> np.ndarray:
+        """``b + Σ_f w_f ln x_f`` of each column of ``rows`` (one row per feature, finite values)."""
+        return self.bias + self.weights @ np.log(np.maximum(rows, TINY))
+
+    def values(self, rows: np.ndarray) -> np.ndarray:
+        """The answers for the columns of ``rows``: ``e^log_value``, or the ceiling itself from ``ln ceiling`` up
+        (the exponential taken below it only: no overflow)."""
+        logs, top = self.log_values(rows), np.log(self.ceiling)
+        return np.where(logs >= top, self.ceiling, np.exp(np.minimum(logs, top)))
+
+    def scores(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The answer for raw features by name (each one value, or a row of them)."""
+        rows = np.stack([np.asarray(features[f], dtype=np.float64).ravel() for f in self.features])
+        return self.values(np.nan_to_num(rows, nan=0.0))
+
+    def __call__(self, point: DecisionPoint) -> tuple[float, float]:
+        return float(self.values(point.rows(self._read))[0]), 0.0
+
+    def parameters(self) -> np.ndarray:
+        return np.append(self.weights, self.bias)
+
+    def with_parameters(self, flat: np.ndarray) -> LogLinearScorer:
+        if flat.shape != (self.weights.size + 1,):
+            raise ValueError(f"expected {self.weights.size + 1} parameters, got {flat.size}")
+        clone = copy.copy(self)
+        clone.weights, clone.bias = np.asarray(flat[:-1], dtype=np.float64).copy(), float(flat[-1])
+        return clone
+
+    def _more_meta(self) -> dict[str, Any]:
+        return {"bias": self.bias, "ceiling": self.ceiling}
+
+
+_FORMS = (FORM, LOG_LINEAR_FORM)
 
 
 def is_scorer_dir(path: Path) -> bool:
-    """A directory holding a scorer's ``policy.json``."""
+    """A directory holding a scorer's ``policy.json`` (either form)."""
     try:
-        return json.loads((Path(path) / "policy.json").read_text()).get("form") == FORM
+        return json.loads((Path(path) / "policy.json").read_text()).get("form") in _FORMS
     except (OSError, ValueError):
         return False
 
 
-__all__ = ["FORM", "CandidateScorer", "is_scorer_dir"]
+__all__ = ["FORM", "LOG_LINEAR_FORM", "CandidateScorer", "LogLinearScorer", "is_scorer_dir"]

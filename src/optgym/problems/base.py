@@ -13,6 +13,8 @@ Shapes of the problems this interface is made for:
   valid values are given by the ``mask`` feature (:meth:`Problem.action_mask`); no heuristic answer
   in the stream; size reward (a reward from the allocator's spill remarks would name its file in
   :meth:`Problem.compile_flags` and read it in :meth:`Problem.measure`).
+* regalloc priority (clang): ``li_size``, ``stage``, ``weight`` of shape [1]; the action is a number (the
+  range's priority), no heuristic answer in the stream; size reward.
 * the .NET JIT's CSE (``compiler = "superpmi"``): a different compiler and text protocol; the problem
   file is still the only problem-specific piece, the session comes from that compiler's toolchain.
 """
@@ -162,10 +164,14 @@ class Problem(ABC):
     #: for inlining; ``None`` where no simple policy means anything (an eviction index is per decision).
     reference_policy: ClassVar[str | None] = None
 
-    #: Problems whose action picks one of several candidates, each described by a column of every feature:
-    #: the per-feature weights a linear candidate scorer starts from (optgym.policies.scorer); ``None``: not such
-    #: a problem.
+    #: Problems a few-weight scorer (optgym.policies.scorer) decides: its per-feature weights at the start;
+    #: ``None``: not such a problem. ``scorer_form`` "pick": the action picks one of several candidates, each
+    #: described by a column of every feature (eviction); "log-linear": the action is one number,
+    #: ``min(e^(b + Σ w_f ln x_f), scorer_ceiling)``, starting at ``b = scorer_bias_start`` (priority).
     scorer_start: ClassVar[Mapping[str, float] | None] = None
+    scorer_form: ClassVar[str] = "pick"
+    scorer_bias_start: ClassVar[float] = 0.0
+    scorer_ceiling: ClassVar[float] = float("inf")
 
     #: What each decision is about, by name, for offline tools: the optimization-record pass that writes
     #: one remark per decision and the remark argument naming the subject (see ``toolchain.remarks``).

@@ -61,6 +61,23 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+Companions = Annotated[
+    list[str] | None,
+    typer.Option("--with", help="PROBLEM=POLICY: another problem of the same compiles decided by this policy"),
+]
+
+
+def parse_companions(items: list[str] | None) -> list[tuple[str, str]]:
+    """``--with PROBLEM=POLICY`` options as ``(problem, policy spec)`` pairs; a malformed one fails the command."""
+    pairs = []
+    for item in items or ():
+        name, sep, spec = item.partition("=")
+        if not sep or not spec:
+            _fail(f"--with {item!r}: PROBLEM=POLICY, e.g. regalloc-evict=pretrained")
+        pairs.append((name, spec))
+    return pairs
+
+
 def trace_command(
     corpus: Annotated[Path, typer.Option(help="corpus directory")],
     output: Annotated[Path, typer.Option("-o", "--output", help="trace directory to write")],
@@ -319,10 +336,12 @@ def es_command(
     loss_weight: Annotated[
         float, typer.Option(help="a module made larger counts (1 + W) times its reward: fewer regressions")
     ] = 0.0,
+    with_: Companions = None,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
-    Each iteration costs 2 × directions × modules compiles."""
+    Each iteration costs 2 × directions × modules compiles. With ``--with PROBLEM=POLICY`` every compile also
+    has PROBLEM decided by that fixed policy, and the reward is both together against clang alone."""
     from optgym.errors import OptgymError
     from optgym.train.es import ESConfig, config_from_run, train_es
 
@@ -340,7 +359,8 @@ def es_command(
                        iterations=iterations or 10, directions=directions, modules_per_iteration=modules_per_iteration,
                        sigma=sigma, learning_rate=learning_rate, workers=workers, snapshot_every=snapshot_every,
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
-                       language=language, loss_weight=loss_weight)  # fmt: skip
+                       language=language, loss_weight=loss_weight,
+                       companions=[list(pair) for pair in parse_companions(with_)])  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from optgym.corpus import Corpus
+from optgym.evaluate.evaluation import companion_factories
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import (
     PortableModule,
@@ -40,6 +41,7 @@ from optgym.parallel.portable import (
     portable_modules,
     portable_path,
 )
+from optgym.policies import PolicyFactory
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
@@ -80,6 +82,10 @@ class ESConfig:
     problem: str = "inline-size"
     language: str | None = None  # train on "C" or "C++" modules only (a scorer then decides only that one)
     loss_weight: float = 0.0  # a module made larger counts (1 + loss_weight) times in the fitness
+    #: ``[problem, policy spec]`` pairs: other problems of every compile, decided by fixed policies (a priority
+    #: scorer trained beside the eviction scorer it will be served with); the reward is then all of them
+    #: together against clang alone
+    companions: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class ESTask:
     params: np.ndarray
     timeout: float
     key: tuple[int, int]  # (direction, sign)
+    companions: tuple[tuple[str, PolicyFactory], ...] = ()
 
 
 @functools.lru_cache(maxsize=4)
@@ -99,23 +106,25 @@ def _template(policy_dir: str) -> TrainedPolicy:
 
 
 @functools.lru_cache(maxsize=4)
-def _context(problem_name: str):
+def _context(problem_name: str, companions: tuple[str, ...] = ()):
     from optgym.problems import get_problem
     from optgym.toolchain import find_toolchain
 
     problem = get_problem(problem_name)
-    return problem, find_toolchain((problem.hook,))
+    return problem, find_toolchain((problem.hook, *(get_problem(name).hook for name in companions)))
 
 
 def es_rollout(task: ESTask) -> dict[str, Any]:
     """Worker: one module compiled by the perturbed policy; its reward against the heuristic."""
+    from optgym.problems import get_problem
     from optgym.rollout import baseline, rollout
 
-    problem, toolchain = _context(task.problem)
+    problem, toolchain = _context(task.problem, tuple(name for name, _ in task.companions))
     module = local_module(task.source)
     policy = _template(str(local_path(task.policy_dir))).with_parameters(task.params.astype(np.float64))
+    companions = [(get_problem(name), factory.build()) for name, factory in task.companions]
     base = baseline(problem, module, toolchain, timeout=task.timeout)
-    run = rollout(problem, module, toolchain, policy, timeout=task.timeout)
+    run = rollout(problem, module, toolchain, policy, timeout=task.timeout, companions=companions)
     out = {"module": task.module, "key": task.key, "status": run.result.status, "decisions": run.result.decisions}
     if run.result.ok and base.ok:
         out["reward"] = float(problem.reward(run.result.metrics, base.metrics))
@@ -209,6 +218,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     if not (template / "policy.json").exists():
         policy.save(template)
     shipped = portable_path(str(template), cfg.workers)
+    with_policies = companion_factories(cfg.problem, [tuple(pair) for pair in cfg.companions], cfg.workers)
 
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv")
@@ -223,7 +233,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         eps = rng.standard_normal((cfg.directions, theta.size))
         tasks = [
             ESTask(cfg.problem, sources[m], m, shipped, (theta + sign * cfg.sigma * eps[i]).astype(np.float32),
-                   cfg.timeout, (i, sign))
+                   cfg.timeout, (i, sign), with_policies)
             for i in range(cfg.directions) for sign in (1, -1) for m in batch
         ]  # fmt: skip
         start = time.perf_counter()
