@@ -60,6 +60,9 @@ def test_the_stream_and_the_start_rule(pressure_corpus, toolchain, no_leftovers)
         answer = START(point)[0]
         assert f["li_size"].shape == f["stage"].shape == f["weight"].shape == (1,)
         assert answer == pytest.approx(min(1e6 * float(f["weight"][0]), CEILING), rel=1e-12)
+        names = ["li_size", "stage", "weight"]  # the scorer's fast read equals the matrix one, inf included
+        assert point.firsts(names) == point.rows(names)[:, 0].tolist()
+        assert answer == pytest.approx(float(START.values(point.rows(names))[0]), rel=1e-12)
         seen.append((int(f["li_size"][0]), int(f["stage"][0]), float(f["weight"][0])))
         return answer, 0.0
 
@@ -150,3 +153,30 @@ def test_optgym_cc_serves_inlining_eviction_and_priority_in_one_compile(pressure
                 OPTGYM_EVICT_POLICY="heuristic", OPTGYM_PRIORITY_POLICY="heuristic")  # fmt: skip
     assert clang.returncode == 0
     assert (tmp_path / "clang.o").read_bytes() != (tmp_path / "served.o").read_bytes()
+
+
+def test_an_es_worker_compiles_beside_its_fixed_companion(pressure_corpus, toolchain, tmp_path, no_leftovers):
+    """``train es --with regalloc-evict=POLICY``: each perturbed priority scorer is measured in a compile whose
+    eviction that policy decides — the size of the pair, against clang alone."""
+    from test_two_channels import HEAVIEST
+
+    from optgym.evaluate.evaluation import companion_factories
+    from optgym.parallel.portable import portable_modules, portable_path
+    from optgym.train.es import ESTask, es_rollout
+
+    module = pressure_corpus["pressure"]
+    params = LIGHTEST.parameters().astype(np.float32)  # as ES sends them to its workers
+    policy = LIGHTEST.with_parameters(params.astype(np.float64))
+    with_evict = companion_factories("regalloc-priority", [("regalloc-evict", str(HEAVIEST.save(tmp_path / "e")))], 1)
+    (source,) = portable_modules([module], 1)
+    task = ESTask("regalloc-priority", source, module.name, portable_path(str(START.save(tmp_path / "s")), 1), params,
+                  120.0, (0, 1), with_evict)  # fmt: skip
+    out = es_rollout(task)
+    pair = rollout(PRIORITY, module, toolchain, policy, companions=[(EVICT, HEAVIEST)]).result
+    alone = rollout(PRIORITY, module, toolchain, policy).result
+    clang = plain_compile(PRIORITY, module, toolchain)
+    assert out["status"] == "ok" and out["decisions"] == pair.decisions
+    assert out["text_bytes"] == pair.metrics["text_bytes"] != alone.metrics["text_bytes"]
+    assert out["heuristic_text_bytes"] == clang.metrics["text_bytes"]
+    with pytest.raises(Exception, match="decided once"):
+        companion_factories("regalloc-priority", [("regalloc-priority", str(tmp_path / "s"))], 1)

@@ -62,6 +62,10 @@ class DecisionPoint:
         """Features ``names`` as the rows of one float64 matrix (see :meth:`FeatureView.rows`)."""
         return self._view.rows(self._obs, names)
 
+    def firsts(self, names: Sequence[str]) -> list[float]:
+        """The first value of each of ``names`` as Python floats (see :meth:`FeatureView.firsts`)."""
+        return self._view.firsts(self._obs, names)
+
     def features(self) -> dict[str, np.ndarray]:
         return self._view.as_dict(self._obs)
 

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""What do the register allocator's channels cost a compile? Plain compile against the same compile with each
+register-allocation scorer answering over its channel, side by side.
+
+The priority channel asks once per live range queued — every range of every function, not only when
+registers run out as eviction does — so it is the channel with the most decisions per compile, and the one
+where a slow host would show first. Per module and round, in an order rotated each round so a noisy moment
+hits every variant alike:
+
+  plain      the module's own compile (clang's default advisors), timed around ``subprocess.run`` itself
+             (``plain_compile``'s runner polls for the exit with growing sleeps and rounds a time up);
+  evict      ``rollout`` with the shipped eviction scorer (or ``--evict``);
+  priority   ``rollout`` with the shipped priority scorer (or ``--priority``);
+
+the channels timed as the compile's wall time (``EpisodeResult.compile_seconds``: exits seen at once
+through a pidfd), and the scorer's own time inside it measured
+around every call. Per module the median over rounds, summed over modules; printed as ratios to plain.
+
+    .venv/bin/python bench/regalloc_host_cost.py --corpus corpora/train --language C --modules 24 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from optgym.corpus import Corpus, Module
+from optgym.policies import resolve_policy
+from optgym.problems import get_problem
+from optgym.rollout import rollout
+from optgym.toolchain import find_toolchain
+
+VARIANTS = ("plain", "evict", "priority")
+
+
+def timed(policy: Callable, spent: list[float]) -> Callable:
+    """``policy`` with the time of each call added to ``spent[0]``."""
+
+    def call(point):
+        start = time.perf_counter()
+        try:
+            return policy(point)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    return call
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--language", default="C")
+    parser.add_argument("--modules", type=int, default=24, help="every N-th module by name, this many")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--evict", default="pretrained")
+    parser.add_argument("--priority", default="pretrained")
+    args = parser.parse_args()
+
+    corpus = Corpus(args.corpus, split=args.split)
+    names = sorted(m.name for m in corpus if m.family == args.language)
+    modules: list[Module] = [corpus.module(n) for n in names[:: max(1, len(names) // args.modules)][: args.modules]]
+    problems = {name: get_problem(f"regalloc-{name}") for name in ("evict", "priority")}
+    policies = {name: resolve_policy(getattr(args, name), f"regalloc-{name}").build() for name in problems}
+    toolchain = find_toolchain(tuple(p.hook for p in problems.values()))
+
+    wall = {v: [[] for _ in modules] for v in VARIANTS}
+    host = {v: [[] for _ in modules] for v in VARIANTS}
+    decisions = dict.fromkeys(VARIANTS, 0)
+    for round_ in range(args.repeat + 1):  # round 0 warms the caches and is not counted
+        order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
+        for i, module in enumerate(modules):
+            for variant in order:
+                spent = [0.0]
+                if variant == "plain":
+                    start = time.perf_counter()
+                    subprocess.run(module.argv(toolchain.clang, (), os.devnull), check=True)
+                    seconds, count = time.perf_counter() - start, 0
+                else:
+                    result = rollout(problems[variant], module, toolchain, timed(policies[variant], spent)).result
+                    if not result.ok:
+                        raise SystemExit(f"{module.name} ({variant}): {result.status} {result.detail}")
+                    seconds, count = result.compile_seconds, result.decisions
+                if round_:
+                    wall[variant][i].append(seconds)
+                    host[variant][i].append(spent[0])
+                    decisions[variant] += count
+
+    total = {v: sum(statistics.median(w) for w in wall[v]) for v in VARIANTS}
+    scorer = {v: sum(statistics.median(h) for h in host[v]) for v in VARIANTS}
+    table = Table(title=f"{len(modules)} {args.language} modules, median of {args.repeat} rounds")
+    columns = ("variant", "compile wall s", "vs plain", "decisions/compile", "scorer s", "scorer share", "µs/decision")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for v in VARIANTS:
+        per_compile = decisions[v] / args.repeat
+        table.add_row(
+            v, f"{total[v]:.2f}", f"{total[v] / total['plain']:.3f}", f"{per_compile:.0f}", f"{scorer[v]:.3f}",
+            f"{scorer[v] / total[v]:.1%}", f"{scorer[v] / per_compile * 1e6:.0f}" if per_compile else "",
+        )  # fmt: skip
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
