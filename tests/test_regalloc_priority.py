@@ -180,3 +180,26 @@ def test_an_es_worker_compiles_beside_its_fixed_companion(pressure_corpus, toolc
     assert out["heuristic_text_bytes"] == clang.metrics["text_bytes"]
     with pytest.raises(Exception, match="decided once"):
         companion_factories("regalloc-priority", [("regalloc-priority", str(tmp_path / "s"))], 1)
+
+
+def test_env_steps_with_random_priorities_pass_gymnasiums_checks(pressure_corpus, no_leftovers):
+    """The gymnasium env of the problem: a ``Box`` action (any sample is a valid priority), gymnasium's own
+    ``check_env``, and an episode of random priorities ends in a measured, rewarded compile."""
+    from gymnasium.utils.env_checker import check_env
+
+    import optgym
+
+    env = optgym.make("regalloc-priority", corpus=pressure_corpus.root, report_timing=False)
+    assert env.action_space.shape == (1,) and env.action_space.high[0] == CEILING
+    check_env(env.unwrapped, skip_render_check=True)
+    env.action_space.seed(3)
+    obs, info = env.reset(options={"module": "pressure"})
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated):
+        assert env.observation_space.contains(obs)
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        steps += 1
+    assert terminated and info["status"] == "ok" and steps == info["decisions"] > 10
+    expected = 1 - (info["policy_text_bytes"] + 0.01) / (info["heuristic_text_bytes"] + 0.01)
+    assert reward == pytest.approx(expected) and info["heuristic_text_bytes"] > 0
+    env.close()
