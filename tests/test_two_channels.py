@@ -134,9 +134,11 @@ def test_evaluate_cli_records_the_companion_and_refuses_a_malformed_one(two_corp
 
 
 def test_optgym_cc_serves_inlining_and_eviction_in_one_compile(two_corpus, toolchain, heaviest_dir, tmp_path):
+    """(Allocation priority left to clang here: test_regalloc_priority serves all three channels.)"""
     (tmp_path / "drive.c").write_text(SOURCE)
     served = run([CC, "-Oz", "-c", "drive.c", "-o", "served.o"], tmp_path, OPTGYM_POLICY="never",
-                 OPTGYM_EVICT_POLICY=str(heaviest_dir), OPTGYM_STRICT="1")  # fmt: skip
+                 OPTGYM_EVICT_POLICY=str(heaviest_dir), OPTGYM_PRIORITY_POLICY="heuristic",
+                 OPTGYM_STRICT="1")  # fmt: skip
     assert served.returncode == 0 and served.stderr == "", served.stderr
     both = rollout(INLINE, two_corpus["drive"], toolchain, resolve_policy("never").build(),
                    companions=[(EVICT, HEAVIEST)])  # fmt: skip
@@ -144,7 +146,8 @@ def test_optgym_cc_serves_inlining_and_eviction_in_one_compile(two_corpus, toolc
     assert object_sizes(tmp_path / "served.o").text_bytes == both.result.metrics["text_bytes"]
     # eviction alone (the inliner left to clang) is served too, and matches a rollout of it
     evict_only = run([CC, "-Oz", "-c", "drive.c", "-o", "evict.o"], tmp_path, OPTGYM_POLICY="heuristic",
-                     OPTGYM_EVICT_POLICY=str(heaviest_dir), OPTGYM_STRICT="1")  # fmt: skip
+                     OPTGYM_EVICT_POLICY=str(heaviest_dir), OPTGYM_PRIORITY_POLICY="heuristic",
+                 OPTGYM_STRICT="1")  # fmt: skip
     assert evict_only.returncode == 0, evict_only.stderr
     alone = rollout(EVICT, two_corpus["drive"], toolchain, HEAVIEST)
     assert object_sizes(tmp_path / "evict.o").text_bytes == alone.result.metrics["text_bytes"]
@@ -180,7 +183,8 @@ def test_a_scorer_for_c_leaves_cxx_compiles_to_clang(two_corpus, toolchain, tmp_
     # the same scorer does decide the C module
     (tmp_path / "drive.c").write_text(SOURCE)
     c_served = run([CC, "-Oz", "-c", "drive.c", "-o", "c.o"], tmp_path, OPTGYM_POLICY="heuristic",
-                   OPTGYM_EVICT_POLICY=str(tmp_path / "c-only"), OPTGYM_STRICT="1")  # fmt: skip
+                   OPTGYM_EVICT_POLICY=str(tmp_path / "c-only"), OPTGYM_PRIORITY_POLICY="heuristic",
+                   OPTGYM_STRICT="1")  # fmt: skip
     assert c_served.returncode == 0
     alone = rollout(EVICT, two_corpus["drive"], toolchain, HEAVIEST)
     assert object_sizes(tmp_path / "c.o").text_bytes == alone.result.metrics["text_bytes"]
