@@ -166,9 +166,12 @@ class Problem(ABC):
 
     # -- compile flags ---------------------------------------------------------------------
 
-    @abstractmethod
     def channel_flags(self, base: str) -> list[str]:
-        """Flags that send this decision to the host over ``<base>.in``/``<base>.out``."""
+        """Flags that send this decision to the host over ``<base>.in``/``<base>.out``: on clang, its hook's
+        options (:data:`optgym.toolchain.llvm.HOOKS`) with the channel put in."""
+        from optgym.toolchain.llvm import hook_flags
+
+        return hook_flags(self.hook, base)
 
     def compile_flags(self) -> list[str]:
         """Flags every compile of this problem gets, interactive or not (remarks, thresholds)."""

@@ -55,13 +55,6 @@ class InlineSize(ObjectSizeObjective, Problem):
         super().__init__(delta)
         self.size_increase_threshold = size_increase_threshold
 
-    def channel_flags(self, base: str) -> list[str]:
-        return [
-            "-mllvm", "-enable-ml-inliner=release",
-            "-mllvm", f"-inliner-interactive-channel-base={base}",
-            "-mllvm", "-inliner-interactive-include-default",
-        ]  # fmt: skip
-
     def compile_flags(self) -> list[str]:
         if self.size_increase_threshold is None:
             return []

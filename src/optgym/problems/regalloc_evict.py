@@ -56,12 +56,6 @@ class RegallocEvict(ObjectSizeObjective, Problem):
         name: -1.0 if name == "use_def_density" else 0.0 for name in FEATURES if name != "mask"
     }
 
-    def channel_flags(self, base: str) -> list[str]:
-        return [
-            "-mllvm", "-regalloc-enable-advisor=release",
-            "-mllvm", f"-regalloc-evict-interactive-channel-base={base}",
-        ]  # fmt: skip
-
     def expected_features(self) -> tuple[TensorSpec, ...]:
         per_candidate = tuple(
             TensorSpec(name, "int64_t" if name in INT_FEATURES else "float", (1, CANDIDATES)) for name in FEATURES

@@ -57,12 +57,6 @@ class RegallocPriority(ObjectSizeObjective, Problem):
     scorer_bias_start: ClassVar[float] = math.log(1e6)
     scorer_ceiling: ClassVar[float] = CEILING
 
-    def channel_flags(self, base: str) -> list[str]:
-        return [
-            "-mllvm", "-regalloc-enable-priority-advisor=release",
-            "-mllvm", f"-regalloc-priority-interactive-channel-base={base}",
-        ]  # fmt: skip
-
     def expected_features(self) -> tuple[TensorSpec, ...]:
         return FEATURES
 

@@ -25,22 +25,31 @@ MIN_MAJOR = 22
 DEBIAN_DIR = Path("/usr/lib/llvm-22/bin")
 INSTALL_HINT = "install it with `sudo apt-get install clang-22 llvm-22 lld-22` (Debian bookworm-security)"
 
-#: The interactive hooks each decision problem needs, as ``-mllvm`` options clang must accept.
+#: Stands for a channel's FIFO base in :data:`HOOKS` (a path that never exists: probing clang opens nothing).
+CHANNEL_BASE = "/nonexistent"
+
+#: The interactive hooks each decision problem needs, as ``-mllvm`` options clang must accept; with the channel
+#: base put in, the flags that route a problem's decisions to the host (:func:`hook_flags`).
 HOOKS: dict[str, list[str]] = {
     "inliner": [
         "-enable-ml-inliner=release",
-        "-inliner-interactive-channel-base=/nonexistent",
+        f"-inliner-interactive-channel-base={CHANNEL_BASE}",
         "-inliner-interactive-include-default",
     ],
     "regalloc-evict": [
         "-regalloc-enable-advisor=release",
-        "-regalloc-evict-interactive-channel-base=/nonexistent",
+        f"-regalloc-evict-interactive-channel-base={CHANNEL_BASE}",
     ],
     "regalloc-priority": [
         "-regalloc-enable-priority-advisor=release",
-        "-regalloc-priority-interactive-channel-base=/nonexistent",
+        f"-regalloc-priority-interactive-channel-base={CHANNEL_BASE}",
     ],
 }
+
+
+def hook_flags(hook: str, base: str) -> list[str]:
+    """The driver flags of ``hook`` with its channel at ``base`` (``base.in``/``base.out``), each behind ``-mllvm``."""
+    return [arg for option in HOOKS[hook] for arg in ("-mllvm", option.replace(f"={CHANNEL_BASE}", f"={base}"))]
 
 
 @dataclass(frozen=True)
