@@ -203,3 +203,16 @@ def test_env_steps_with_random_priorities_pass_gymnasiums_checks(pressure_corpus
     expected = 1 - (info["policy_text_bytes"] + 0.01) / (info["heuristic_text_bytes"] + 0.01)
     assert reward == pytest.approx(expected) and info["heuristic_text_bytes"] > 0
     env.close()
+
+
+def test_train_es_refuses_a_companion_it_cannot_load_and_leaves_no_run(pressure_corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    base = ["train", "es", "--problem", "regalloc-priority", "--corpus", str(pressure_corpus.root),
+            "--iterations", "1", "-j", "1", "--no-final-eval"]  # fmt: skip
+    missing = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a"), "--with", f"regalloc-evict={tmp_path}/no"])
+    assert missing.exit_code != 0 and not (tmp_path / "a").exists()
+    malformed = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "b"), "--with", "regalloc-evict"])
+    assert malformed.exit_code != 0 and "PROBLEM=POLICY" in malformed.output and not (tmp_path / "b").exists()

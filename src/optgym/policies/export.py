@@ -58,7 +58,7 @@ import numpy as np
 
 from optgym.policies import PolicyFactory, file_identity
 from optgym.policies.mlp import MLPPolicy, PolicyFileError, is_cxx
-from optgym.policies.scorer import TINY, CandidateScorer, LogLinearScorer
+from optgym.policies.scorer import LOG_LINEAR_FORM, TINY, CandidateScorer, LogLinearScorer
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 
@@ -73,7 +73,6 @@ OPSET, IR_VERSION = 17, 8
 INPUT, HEURISTIC, CXX, LOGITS, ACTION = "features", "heuristic", "cxx", "logits", "action"
 MASK, SCORES = "mask", "scores"  # a candidate scorer's graph (see build_scorer_model)
 SCORER_FORM = "candidate-scorer"
-LOG_LINEAR_FORM = "log-linear-scorer"
 SUFFIX = ".onnx"
 
 

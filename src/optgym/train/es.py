@@ -2,8 +2,10 @@
 
 MLGO's blackbox trainer, in numpy: the policy is the flat parameter vector θ of an
 :class:`~optgym.policies.mlp.MLPPolicy` — or, for a problem that picks one of several candidates
-(regalloc eviction), of a :class:`~optgym.policies.scorer.CandidateScorer`, which starts at the
-problem's own rule and needs no vocab. Each iteration
+(regalloc eviction), of a :class:`~optgym.policies.scorer.CandidateScorer` (for allocation
+priority its log-linear form), which starts at the problem's own rule and needs no vocab. With
+``companions`` every compile also has other problems decided by fixed policies (priority trained
+beside the eviction scorer it would be served with), the reward their effect together. Each iteration
 
 1. draws ``n`` directions ε_i ~ N(0, I) (from ``seed + iteration``: a resumed run draws the same);
 2. compiles every module of the iteration with θ + σε_i and with θ − σε_i — one task per
@@ -173,6 +175,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     corpus = [m for m in Corpus(cfg.corpus, split=cfg.split) if cfg.language in (None, m.family)]
     if not corpus:  # before the run directory exists: a refused run leaves nothing behind
         raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
+    # a companion that cannot be loaded refuses the run before its directory exists, too
+    with_policies = companion_factories(cfg.problem, [tuple(pair) for pair in cfg.companions], cfg.workers)
     prepare_run_dir(run, resume=resume)
     write_config(run, "es", asdict(cfg))  # a resume may extend the budget (--iterations)
     modules = [m.name for m in corpus]
@@ -218,7 +222,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     if not (template / "policy.json").exists():
         policy.save(template)
     shipped = portable_path(str(template), cfg.workers)
-    with_policies = companion_factories(cfg.problem, [tuple(pair) for pair in cfg.companions], cfg.workers)
 
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv")
