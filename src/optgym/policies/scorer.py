@@ -167,6 +167,7 @@ class LogLinearScorer(CandidateScorer):
     ) -> None:
         super().__init__(weights, problem=problem, source=source, languages=languages)
         self.bias, self.ceiling = float(bias), float(ceiling)
+        self._log_ceiling = math.log(self.ceiling)  # the hot path's cut-off, computed once
         self.mask, self._read = None, list(self.features)  # no mask: every answer is valid
 
     def log_values(self, rows: np.ndarray) -> np.ndarray:
@@ -190,7 +191,7 @@ class LogLinearScorer(CandidateScorer):
         log_value = self.bias
         for weight, x in zip(self.weights.tolist(), point.firsts(self._read), strict=True):
             log_value += weight * math.log(max(x, TINY))
-        return (self.ceiling if log_value >= math.log(self.ceiling) else math.exp(log_value)), 0.0
+        return (self.ceiling if log_value >= self._log_ceiling else math.exp(log_value)), 0.0
 
     def parameters(self) -> np.ndarray:
         return np.append(self.weights, self.bias)
