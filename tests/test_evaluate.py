@@ -9,6 +9,7 @@ import pytest
 
 from optgym.corpus import Corpus
 from optgym.evaluate import evaluate, summarize
+from optgym.evaluate.evaluation import GUARD_BELOW
 from optgym.evaluate.report import write_report
 
 IDENTITY = {"policy": "p", "problem": "inline-size", "corpus": "c", "compiler": "clang"}
@@ -29,6 +30,11 @@ def test_never_inline_is_worse_on_cxx(corpus):
     assert rows["leaf"].ratio == 1.0  # no call site: nothing to decide
     s = summarize(list(rows.values()))
     assert s["total_ratio"] > 1.0 and s["guarded_ratio"] == 1.0  # the guard keeps clang's object wherever never loses
+    # guarding only objects under a bound: zoo's never-inline object is over 2 kB of text, so it stays
+    zoo = rows["zoo"]
+    assert zoo.policy_text > GUARD_BELOW and zoo.guarded_below(GUARD_BELOW) == zoo.policy_text
+    assert zoo.guarded_below(zoo.policy_text + 1) == zoo.heuristic_text
+    assert s["guarded_below_ratio"] > 1.0 and s["guarded_below_over_1pct"] == (zoo.ratio > 1.01)
 
 
 def test_report_is_deterministic_apart_from_timing(corpus, tmp_path):

@@ -14,6 +14,7 @@ from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
 from optgym.rollout import plain_compile, rollout
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain import find_toolchain
+from optgym.train.run import read_config
 
 #: Many values live across a loop: at -Oz on x86-64 the greedy allocator runs out of free registers and
 #: asks the eviction advisor (the test corpora's small programs never do).
@@ -124,10 +125,13 @@ def test_the_starting_scorer_follows_its_rule(pressure_corpus, toolchain, no_lef
     assert len(checked) > 0 and any(a != NOTHING for a in checked)
 
 
-@pytest.mark.parametrize(("problem", "shape"), [("regalloc-evict", "a candidate scorer"),
-                                               ("regalloc-priority", "a log-linear scorer")])  # fmt: skip
-def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, pressure_corpus, tmp_path, no_leftovers):
-    """Both scorer forms: eviction's candidate scorer, and the log-linear scorer of allocation priority."""
+SCORER_RUNS = [("regalloc-evict", "a candidate scorer", "mean"), ("regalloc-priority", "a log-linear scorer", "total")]
+
+
+@pytest.mark.parametrize(("problem", "shape", "fitness"), SCORER_RUNS)
+def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, fitness, pressure_corpus, tmp_path, no_leftovers):
+    """Both scorer forms: eviction's candidate scorer, and the log-linear scorer of allocation priority (each
+    with one of the two fitnesses)."""
     from typer.testing import CliRunner
 
     from optgym.cli import app
@@ -136,9 +140,10 @@ def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, pressure_corpus,
     run = tmp_path / "run"
     args = ["train", "es", "--problem", problem, "--language", "C", "--corpus", str(pressure_corpus.root),
             "-o", str(run), "--iterations", "2", "--directions", "2", "--sigma", "0.5", "-j", "1",
-            "--loss-weight", "1", "--no-final-eval"]  # fmt: skip
+            "--loss-weight", "1", "--fitness", fitness, "--no-final-eval"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert read_config(run)[1]["fitness"] == fitness
     assert "4 compiles" in result.output  # 2 directions × 2 signs × 1 module, each iteration
     scorer = resolve_policy(str(run)).build()
     assert type(scorer) is type(start) and scorer.features == start.features
@@ -157,6 +162,8 @@ def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, pressure_corpus,
     assert again[0].policy_text == rows[0].policy_text  # the export decides as the run's policy
     other = [*args[:-1], "--language", "C++", "-o", str(tmp_path / "none")]
     assert "no modules to train on" in CliRunner().invoke(app, other).output
+    bogus = CliRunner().invoke(app, [*args[:-1], "--fitness", "median", "-o", str(tmp_path / "bogus")])
+    assert bogus.exit_code == 1 and "--fitness 'median'" in bogus.output and not (tmp_path / "bogus").exists()
 
 
 def test_a_scorer_exported_to_onnx_decides_as_trained(pressure_corpus, toolchain, tmp_path, no_leftovers):

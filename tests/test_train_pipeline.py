@@ -27,7 +27,7 @@ from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Normalizer, Vocab, VocabError, build_vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
-from optgym.train.es import ESConfig, loss_weighted, train_es
+from optgym.train.es import ESConfig, direction_fitness, loss_weighted, train_es
 from optgym.train.run import read_config
 from optgym.train.sb3 import SB3Config, train_sb3
 from optgym.train.trace import TraceError, read_meta, read_modules, sample_modules, trace
@@ -274,3 +274,20 @@ def test_loss_weight_ranks_a_direction_that_regresses_below_an_even_one():
     assert [loss_weighted(r, 0.0) for r in uneven] == uneven  # weight 0: the plain reward
     assert loss_weighted(-0.02, 1.0) == pytest.approx(-0.04) and loss_weighted(0.03, 1.0) == 0.03
     assert np.mean([loss_weighted(r, 1.0) for r in even]) > np.mean([loss_weighted(r, 1.0) for r in uneven])
+
+
+def _outcome(heuristic: int, size: int) -> dict[str, float]:
+    """An ``es_rollout`` outcome with MLGO's reward (δ = 0)."""
+    return {"heuristic_text_bytes": heuristic, "text_bytes": size, "reward": 1 - size / heuristic}
+
+
+def test_total_fitness_follows_the_bytes_where_the_mean_follows_the_modules():
+    """One direction saves 5 % of a 300-byte module and loses 0.5 % of a 30 kB one; the other the reverse
+    trade in bytes. The mean of ratios prefers the first, the build's total — what the size target counts —
+    the second; a loss still counts ``1 + w`` times in bytes."""
+    small_win = [_outcome(300, 285), _outcome(30_000, 30_150)]  # −15 B, +150 B
+    big_win = [_outcome(300, 306), _outcome(30_000, 29_850)]  # +6 B, −150 B
+    assert direction_fitness(small_win, "mean", 0.0) > direction_fitness(big_win, "mean", 0.0)
+    assert direction_fitness(small_win, "total", 0.0) < direction_fitness(big_win, "total", 0.0)
+    assert direction_fitness(big_win, "total", 0.0) == pytest.approx(144 / 30_300)
+    assert direction_fitness(big_win, "total", 1.0) == pytest.approx(138 / 30_300)

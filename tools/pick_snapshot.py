@@ -7,8 +7,8 @@
 The sample is every ``step``-th module of the language by name, starting at the fourth: the same modules for
 every policy and every run, so snapshots of several runs compare on one footing. Per policy one line: total
 Berkeley text against clang, ``.text``, modules more than 1 % worse, the guarded total (per module the smaller
-of policy and clang), failures. Compiles are cached (``optgym evaluate``'s cache), so a policy scored once
-costs nothing the second time.
+of policy and clang), the total guarded only below ``GUARD_BELOW`` bytes with its count > 1 % worse, failures.
+Compiles are cached (``optgym evaluate``'s cache), so a policy scored once costs nothing the second time.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from optgym.corpus import Corpus
-from optgym.evaluate.evaluation import evaluate, summarize
+from optgym.evaluate.evaluation import GUARD_BELOW, evaluate, summarize
 
 
 def main() -> int:
@@ -38,7 +38,8 @@ def main() -> int:
                         companions=companions)  # fmt: skip
         s = summarize(rows)
         print(f"{policy}: {s['evaluated']} modules, total {s['total_ratio']:.4f}, .text {s['dottext_ratio']:.4f}, "
-              f"> 1 % worse {s['regressed_over_1pct']}, guarded {s['guarded_ratio']:.4f}, failed {s['failed']}",
+              f"> 1 % worse {s['regressed_over_1pct']}, guarded {s['guarded_ratio']:.4f}, guarded below "
+              f"{GUARD_BELOW} B {s['guarded_below_ratio']:.4f} · {s['guarded_below_over_1pct']}, failed {s['failed']}",
               flush=True)  # fmt: skip
     return 0
 

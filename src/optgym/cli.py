@@ -137,6 +137,8 @@ def replay(
 
 
 def _print_summary(report: dict, title: str) -> None:
+    from optgym.evaluate.evaluation import GUARD_BELOW
+
     table = Table(title=title)
     for col in ("", "heuristic", "policy", "ratio"):
         table.add_column(col, justify="left" if not col else "right")
@@ -148,6 +150,9 @@ def _print_summary(report: dict, title: str) -> None:
         table.add_row("never inline", "", str(report["never_inline_text_bytes"]), "")
     if report.get("guarded_ratio"):
         table.add_row("guarded (OPTGYM_GUARD=1)", "", "", f"{report['guarded_ratio']:.4f}")
+    if report.get("guarded_below_ratio"):
+        table.add_row(f"guarded below {GUARD_BELOW} B ({report['guarded_below_over_1pct']} > 1 % worse)", "", "",
+                      f"{report['guarded_below_ratio']:.4f}")  # fmt: skip
     console.print(table)
     geomean = f"{report['geomean_ratio']:.4f}" if report["geomean_ratio"] else "—"
     console.print(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optgym.corpus.corpus import atomic_write_bytes
-from optgym.evaluate.evaluation import REPORT_FORMAT_VERSION, ModuleRow, summarize
+from optgym.evaluate.evaluation import GUARD_BELOW, REPORT_FORMAT_VERSION, ModuleRow, summarize
 
 CSV_COLUMNS = ("module", "heuristic_text", "policy_text", "heuristic_dottext", "policy_dottext", "ratio",
                "decisions", "decisions_differing", "compile_seconds", "status")  # fmt: skip
@@ -70,6 +70,15 @@ def _markdown(report: dict[str, Any], rows: Sequence[ModuleRow], plots: list[str
             else []
         ),
         f"| guarded (`OPTGYM_GUARD=1`: the smaller object per module) | | | {_fmt(report['guarded_ratio'])} |",
+        *(
+            [
+                f"| guarded below {GUARD_BELOW} B (`OPTGYM_GUARD_BELOW={GUARD_BELOW}`: the smaller where the policy's is "
+                f"smaller than that; {report['guarded_below_over_1pct']} modules > 1 % worse) | | | "
+                f"{_fmt(report['guarded_below_ratio'])} |"
+            ]
+            if report.get("guarded_below_ratio") is not None
+            else []
+        ),
         "",
         f"Modules: {report['modules']} — improved {report['improved']}, regressed {report['regressed']} "
         f"({report['regressed_over_1pct']} by more than 1 %), same {report['same']}, failed {report['failed']}. "

@@ -15,6 +15,12 @@ everything the build reads besides the object — dependency files (``-MD``), di
 (dependency flags removed; its stdout and stderr go nowhere), and replaces the output only when smaller,
 with one ``rename`` in the output's own directory, so a reader never sees a partial object.
 
+``OPTGYM_GUARD_BELOW=N`` bounds the price: only an object whose policy text comes out under ``N`` bytes gets the
+second compile, run after the policy's (its size is known only then). A policy's losses of more than 1 % are
+mostly in small objects — there a few bytes are a large share and there is little to win — while its bytes
+are saved in large ones; and a small object is quick to compile again. (``OPTGYM_GUARD=1`` guards every object
+whatever ``N``.)
+
 Commands with other outputs tied to the object are compiled unguarded (``unguardable`` says why):
 ``-gsplit-dwarf`` (a ``.dwo`` that must match its object), ``-save-temps`` and ``-ftime-trace`` (named
 after the output), recorded command lines (they would name the reference's temporary file), and LTO
@@ -97,28 +103,43 @@ def reference_args(args: Sequence[str], output: str) -> list[str]:
     return [*kept, "-o", output]
 
 
+def guard_below(env: dict[str, str]) -> int | None:
+    """The bound a build asked for: ``None`` without ``OPTGYM_GUARD_BELOW`` (or with ``OPTGYM_GUARD=1``, which
+    guards every object); a value that is not a positive byte count is an error the build is told about."""
+    value = env.get("OPTGYM_GUARD_BELOW", "").strip()
+    if not value or env.get("OPTGYM_GUARD") == "1":
+        return None
+    if not value.isdigit() or int(value) <= 0:
+        raise ValueError(f"OPTGYM_GUARD_BELOW={value!r} is not a positive number of bytes")
+    return int(value)
+
+
 class Guard:
     """The reference compile of one guarded request: started at the policy's first departure from clang's
-    decisions, then the choice of object.
+    decisions (with ``below``, after the policy's compile, and only for an object under ``below`` bytes of
+    text), then the choice of object.
 
     A compile in which the policy answered every decision as clang would is byte-identical to clang's own
     (the channel changes nothing else), so it needs no reference: only compiles where the policy decided
-    differently pay the second compile — for the shipped policy, no C compile at all.
+    differently pay the second compile — for the shipped inliner, no C compile at all.
     """
 
-    def __init__(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], cwd: str, env: dict[str, str], below: int | None = None) -> None:
         """Nothing runs yet; ``argv`` is the build's command, driver first."""
-        self.argv, self.cwd, self.env = list(argv), cwd, env
+        self.argv, self.cwd, self.env, self.below = list(argv), cwd, env, below
         self.args = self.argv[1:]
         self.output = output_path(self.args, cwd)
         self.why_not = unguardable(self.args)
+        self.departed = False  # the policy answered a decision differently from clang
         self.reference: str | None = None  # the hidden sibling of ``output`` the reference compile writes
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        """Spawn clang's plain compile beside the policy's (once). Not at all for an unguardable command, or
-        when the output's directory takes no file (clang will say why, not us)."""
-        if self.why_not is not None or self.reference is not None:
+        """At the policy's first departure: spawn clang's plain compile beside the policy's (once) — with
+        ``below``, only note it, since the object's size is not known yet. Not at all for an unguardable
+        command, or when the output's directory takes no file (clang will say why, not us)."""
+        self.departed = True
+        if self.why_not is not None or self.reference is not None or self.below is not None:
             return
         directory, name = os.path.split(self.output)
         remove_orphans(directory, name)
@@ -139,6 +160,15 @@ class Guard:
         what was kept, for the reply."""
         if policy_returncode != 0:
             return {}
+        if self.below is not None and self.departed and self.why_not is None:
+            try:
+                policy = object_sizes(self.output).text_bytes
+            except (OSError, ElfError) as e:
+                return {"guard": "policy", "guard_detail": f"sizes unreadable: {e}"}
+            if policy >= self.below:
+                return {"guard": "policy", "guard_detail": f"{policy} B of text, not under {self.below}"}
+            self.below = None  # small: guard it as any object
+            self.start()
         if self.proc is None:
             return {"guard": "policy", "guard_detail": self.why_not or "every decision was clang's own"}
         if wait_exit(self.proc, timeout) != 0:

@@ -50,7 +50,7 @@ from optgym.problems import FeatureView, Problem, get_problem, problem_flags
 from optgym.protocol import Header
 from optgym.rollout.episode import decides
 from optgym.rollout.rollout import DecisionPoint
-from optgym.serve.guard import Guard
+from optgym.serve.guard import Guard, guard_below
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language
 from optgym.toolchain.llvm import find_toolchain, parse_version
@@ -97,6 +97,14 @@ def _find_toolchain(hooks: tuple[str, ...], out: list[Any]) -> None:
         out.append(find_toolchain(hooks))
     except BaseException as e:  # handed to the thread that waits for it
         out.append(e)
+
+
+def _plain(fds: Sequence[int], warning: str | None = None) -> dict[str, Any]:
+    """The reply that has the launcher compile plainly (with ``warning`` on stderr), the build's descriptors
+    closed here since no compile of ours will write them."""
+    for fd in fds:
+        os.close(fd)
+    return {"fallback": True} | ({"warning": warning} if warning else {})
 
 
 @dataclass
@@ -190,16 +198,16 @@ class Server:
             stdout_fd, stderr_fd = fds
             argv, cwd, env = request["argv"], request["cwd"], request["env"]
         except (ValueError, TypeError, EOFError, KeyError):
-            for fd in fds:
-                os.close(fd)
-            return {"fallback": True, "warning": "malformed request from the launcher"}
+            return _plain(fds, "malformed request from the launcher")
         timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
         language = driver_language(argv)
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
-            for fd in fds:
-                os.close(fd)
-            return {"fallback": True}
+            return _plain(fds)
+        try:
+            below = guard_below(env)
+        except ValueError as e:
+            return _plain(fds, str(e))
         compile_ = InteractiveCompile(
             lambda *bases: [*argv, *problem_flags([s.problem for s in served], bases)],
             channels=len(served),
@@ -209,7 +217,8 @@ class Server:
             cwd=cwd,
             env=env,
         )
-        guard = Guard(argv, cwd, env) if env.get("OPTGYM_GUARD") == "1" else None
+        guarded = env.get("OPTGYM_GUARD") == "1" or below is not None
+        guard = Guard(argv, cwd, env, below) if guarded else None
         try:
             threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
             reply = self._drive(compile_, language, guard, served)

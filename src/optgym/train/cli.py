@@ -336,6 +336,9 @@ def es_command(
     loss_weight: Annotated[
         float, typer.Option(help="a module made larger counts (1 + W) times its reward: fewer regressions")
     ] = 0.0,
+    fitness: Annotated[
+        str, typer.Option(help="mean: per-module rewards averaged (MLGO) | total: bytes saved over each batch")
+    ] = "mean",
     with_: Companions = None,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
@@ -359,7 +362,7 @@ def es_command(
                        iterations=iterations or 10, directions=directions, modules_per_iteration=modules_per_iteration,
                        sigma=sigma, learning_rate=learning_rate, workers=workers, snapshot_every=snapshot_every,
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
-                       language=language, loss_weight=loss_weight,
+                       language=language, loss_weight=loss_weight, fitness=fitness,
                        companions=[list(pair) for pair in parse_companions(with_)])  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:

@@ -15,7 +15,10 @@ beside the eviction scorer it would be served with), the reward their effect tog
    (a module that failed either way is left out of that pair) and takes an Adam ascent step.
    With ``loss_weight`` w > 0 a module made larger counts ``(1 + w)`` times its (negative) reward:
    the size target caps the share of modules made worse, and a plain mean trades one module's
-   loss for another's gain at par.
+   loss for another's gain at par. With ``fitness="total"`` a direction's fitness is instead the bytes
+   it saves over the batch (losses weighted the same way) divided by clang's bytes: the build's total,
+   which is what the size target counts — a mean of ratios lets a 300-byte module steer the step as
+   hard as a 30 kB one, though it holds a hundredth of the bytes.
 
 No value function, no per-decision credit: the whole compile is one sample, which suits a reward
 that only exists once the object is measured. Snapshots (θ, Adam's moments and step, the numpy
@@ -84,6 +87,7 @@ class ESConfig:
     problem: str = "inline-size"
     language: str | None = None  # train on "C" or "C++" modules only (a scorer then decides only that one)
     loss_weight: float = 0.0  # a module made larger counts (1 + loss_weight) times in the fitness
+    fitness: str = "mean"  # "mean": mean per-module reward; "total": bytes saved over the batch (FITNESS)
     #: ``[problem, policy spec]`` pairs: other problems of every compile, decided by fixed policies (a priority
     #: scorer trained beside the eviction scorer it will be served with); the reward is then all of them
     #: together against clang alone
@@ -142,6 +146,20 @@ def loss_weighted(reward: float, weight: float) -> float:
     return reward if reward >= 0 else (1 + weight) * reward
 
 
+#: How a direction's compiles become one number: per-module rewards averaged, or the batch's bytes.
+FITNESS = ("mean", "total")
+
+
+def direction_fitness(outcomes: list[dict[str, Any]], fitness: str, loss_weight: float) -> float:
+    """One side of one direction, from its modules' ``es_rollout`` outcomes: the mean loss-weighted reward
+    (``"mean"``), or the loss-weighted bytes saved per byte of clang's (``"total"``; a module's saving is
+    its own, so a loss still counts ``1 + loss_weight`` times)."""
+    if fitness == "total":
+        saved = sum(loss_weighted(r["heuristic_text_bytes"] - r["text_bytes"], loss_weight) for r in outcomes)
+        return saved / max(sum(r["heuristic_text_bytes"] for r in outcomes), 1)
+    return float(np.mean([loss_weighted(r["reward"], loss_weight) for r in outcomes]))
+
+
 class Adam:
     """Adam for gradient *ascent* on a flat vector; its state is three arrays and a step count."""
 
@@ -167,6 +185,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     scored = problem_class(cfg.problem).scorer_start is not None  # a candidate scorer: no vocab
     if cfg.language not in (None, "C", "C++"):
         raise RunError(f"--language {cfg.language!r}: C or C++")
+    if cfg.fitness not in FITNESS:
+        raise RunError(f"--fitness {cfg.fitness!r}: one of {', '.join(FITNESS)}")
     if not resume:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)  # type: ignore[arg-type]
@@ -226,7 +246,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv")
     failures = 0
-    fit = functools.partial(loss_weighted, weight=cfg.loss_weight)  # a module's share of a direction's fitness
     while iteration < cfg.iterations:
         iteration += 1
         rng = np.random.default_rng([cfg.seed, iteration])
@@ -245,7 +264,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             results.setdefault(r["key"], {})[r["module"]] = r
         elapsed = time.perf_counter() - start
 
-        # fitness per direction: mean (loss-weighted) reward over the modules that compiled both ways
+        # fitness per direction, over the modules that compiled both ways
         grad = np.zeros_like(theta)
         fitness, rewards, sizes, heuristic = [], [], 0, 0
         for i in range(cfg.directions):
@@ -254,8 +273,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             failures += sum(1 for side in (plus, minus) for r in side.values() if "reward" not in r)
             if not both:
                 continue
-            f_plus = float(np.mean([fit(plus[m]["reward"]) for m in both]))
-            f_minus = float(np.mean([fit(minus[m]["reward"]) for m in both]))
+            f_plus = direction_fitness([plus[m] for m in both], cfg.fitness, cfg.loss_weight)
+            f_minus = direction_fitness([minus[m] for m in both], cfg.fitness, cfg.loss_weight)
             grad += (f_plus - f_minus) * eps[i]
             fitness += [f_plus, f_minus]
             for side in (plus, minus):
@@ -300,4 +319,13 @@ def config_from_run(path: Path) -> ESConfig:
     return ESConfig(**{k: v for k, v in options.items() if k in ESConfig.__dataclass_fields__})
 
 
-__all__ = ["Adam", "ESConfig", "config_from_run", "es_rollout", "loss_weighted", "train_es"]
+__all__ = [
+    "FITNESS",
+    "Adam",
+    "ESConfig",
+    "config_from_run",
+    "direction_fitness",
+    "es_rollout",
+    "loss_weighted",
+    "train_es",
+]
