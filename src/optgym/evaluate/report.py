@@ -72,8 +72,8 @@ def _markdown(report: dict[str, Any], rows: Sequence[ModuleRow], plots: list[str
         f"| guarded (`OPTGYM_GUARD=1`: the smaller object per module) | | | {_fmt(report['guarded_ratio'])} |",
         *(
             [
-                f"| guarded below {GUARD_BELOW} B (`OPTGYM_GUARD_BELOW={GUARD_BELOW}`: the smaller where the policy's is "
-                f"smaller than that; {report['guarded_below_over_1pct']} modules > 1 % worse) | | | "
+                f"| guarded below {GUARD_BELOW} B (`OPTGYM_GUARD_BELOW={GUARD_BELOW}`: the smaller where the "
+                f"policy's is under that; {report['guarded_below_over_1pct']} modules > 1 % worse) | | | "
                 f"{_fmt(report['guarded_below_ratio'])} |"
             ]
             if report.get("guarded_below_ratio") is not None
