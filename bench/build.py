@@ -24,6 +24,8 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
                 quietly timing something else.
 (5) guarded     with ``--guard``: (4) plus ``OPTGYM_GUARD=1``, clang's own compile beside every policy
                 compile and the smaller object kept — what never growing an object costs in time.
+(6) guarded below N   with ``--guard-below N``: (4) plus ``OPTGYM_GUARD_BELOW=N``, clang's own compile
+                after the policy's only where that object has under N bytes of text.
 
 Each round cleans and rebuilds every variant, the variants' order rotated from round to round so a
 noisy moment hits them alike; the table shows the median wall time of the rounds and the ratio to
@@ -426,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a fifth variant: the policy with OPTGYM_GUARD=1 (clang's own compile beside it)",
     )
+    parser.add_argument("--guard-below", type=int, metavar="N",
+                        help="a variant: the policy, OPTGYM_GUARD_BELOW=N (small objects compiled twice)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, help="timed clean rebuilds per variant (default 3)")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel compiles")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORK, help=f"sources, builds, logs ({DEFAULT_WORK})")
@@ -465,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
         served = variants["policy"]
         variants["guarded"] = Variant("guarded", f"(5) optgym-c++, {policy_label}, OPTGYM_GUARD=1", served.cc,
                                       served.cxx, {**served.env, "OPTGYM_GUARD": "1"})  # fmt: skip
+    if args.guard_below:
+        served, below = variants["policy"], str(args.guard_below)
+        label = f"(6) optgym-c++, {policy_label}, OPTGYM_GUARD_BELOW={below}"
+        variants["guarded_below"] = Variant("guarded_below", label, served.cc, served.cxx,
+                                            {**served.env, "OPTGYM_GUARD_BELOW": below})  # fmt: skip
     names = tuple(variants)
     builds = {n: work / "builds" / args.project / n for n in names}
     try:
