@@ -192,3 +192,19 @@ def test_a_scorer_exported_to_onnx_decides_as_trained(pressure_corpus, toolchain
     run = rollout(problem, pressure_corpus["pressure"], toolchain, all_three)
     assert run.result.ok and len(chosen) == run.result.decisions > 0
     assert all(a == b == c for a, b, c in chosen) and len({a for a, _, _ in chosen}) > 1, chosen
+
+
+def test_evaluate_leaves_a_language_the_scorer_does_not_decide_to_the_other_policies(corpus, tmp_path):
+    """As ``optgym-cc`` serves it: a scorer trained for C opens no channel in a C++ compile, so ``evaluate``
+    measures that module as clang alone compiles it — or as the companions that do decide it do."""
+    noise = np.random.default_rng(3).normal(0, 0.3, START.parameters().size)
+    scorer = START.with_parameters(START.parameters() + noise)
+    scorer.languages = ["C"]
+    spec = str(scorer.save(tmp_path / "scorer"))
+    alone = {r.module: r for r in evaluate(spec, corpus, problem="regalloc-evict", workers=1, progress=False)}
+    assert alone["zoo"].policy_text == alone["zoo"].heuristic_text and alone["zoo"].decisions == 0
+    never = {r.module: r for r in evaluate("never", corpus, workers=1, progress=False)}
+    paired = {r.module: r for r in evaluate(spec, corpus, problem="regalloc-evict", workers=1, progress=False,
+                                            companions=[("inline-size", "never")])}  # fmt: skip
+    assert paired["zoo"].policy_text == never["zoo"].policy_text != paired["zoo"].heuristic_text
+    assert paired["zoo"].decisions == never["zoo"].decisions > 0  # the inliner's decisions only

@@ -22,7 +22,7 @@ from optgym.parallel.portable import PortableModule, local_module, portable_modu
 from optgym.policies import PolicyFactory, resolve_policy
 from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
-from optgym.rollout.episode import DEFAULT_TIMEOUT
+from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
 from optgym.toolchain import find_toolchain
 
 REPORT_FORMAT_VERSION = 1
@@ -72,13 +72,15 @@ class _Task:
 def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> tuple[EpisodeResult, int]:
     """The policy's compile of ``module`` and how many decisions differed from the heuristic (cached)."""
     cache = ResultCache("evaluate")
+    policy = task.policy.build(seed=task.seed) if task.policy.stochastic else task.policy.build()
     seed_part = str(task.seed) if task.mode == "collect" or task.policy.stochastic else ""
     with_part = [f"{name}={factory.identity}" for name, factory in task.companions]
+    # a policy that leaves this language to clang: a key of its own (such entries once held its compile)
+    left_part = [] if decides(policy, module.language) else ["left to clang"]
     key = cache.key([task.policy.identity, task.mode, seed_part, module.digest, problem.name,
-                     *problem.compile_flags(), toolchain.identity, *with_part])  # fmt: skip
+                     *problem.compile_flags(), toolchain.identity, *with_part, *left_part])  # fmt: skip
     if task.transcript_dir is None and (hit := cache.get(key)) is not None:
         return EpisodeResult(**hit["result"]), hit["differing"]
-    policy = task.policy.build(seed=task.seed) if task.policy.stochastic else task.policy.build()
     if task.mode == "collect" and hasattr(policy, "stochastic"):
         policy = policy.stochastic(seed=task.seed)
     transcript = None
@@ -86,6 +88,13 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
         Path(task.transcript_dir).mkdir(parents=True, exist_ok=True)
         transcript = Path(task.transcript_dir) / f"{module.name.replace('/', '_')}.transcript"
     companions = [(get_problem(name), factory.build()) for name, factory in task.companions]
+    if not decides(policy, module.language):
+        # served, this policy leaves the module's language to clang (its channel is not opened): the compile
+        # is the other policies' that decide it, or clang's own
+        deciding = [(p, c) for p, c in companions if decides(c, module.language)]
+        if not deciding:
+            return baseline(problem, module, toolchain, timeout=task.timeout), 0
+        (problem, policy), companions = deciding[0], deciding[1:]
     run = rollout(problem, module, toolchain, policy, timeout=task.timeout, transcript=transcript,
                   companions=companions)  # fmt: skip
     differing = int((run.trajectory.actions != run.trajectory.heuristic).sum())
