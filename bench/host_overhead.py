@@ -167,55 +167,15 @@ class Bench:
         return Sample(seconds, text_bytes=text_bytes(out))
 
     def c_host(self, module: Module, warmup: bool) -> Sample:
-        channel = Path(tempfile.mkdtemp(dir=self.scratch))
-        base = str(channel / "channel")
-        os.mkfifo(base + ".in", 0o600)
-        os.mkfifo(base + ".out", 0o600)
         out = self.scratch / "c_host.o"
-        argv = self._argv(module, out, base)
-        host = clang = None
-        try:
-            with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as host_err:
-                start, t0 = mono(), time.perf_counter()
-                host = subprocess.Popen(
-                    [str(self.host), base], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=host_err
-                )
-                clang = spawn(argv, stderr=err)
-                clang_rc = wait_exit(clang, TIMEOUT)
-                if clang_rc != 0:
-                    host.kill()
-                host_rc = wait_exit(host, 10.0)
-                seconds = time.perf_counter() - t0
-                exited = mono()
-                if clang_rc != 0:
-                    raise BenchFailure(f"C-host compile: clang exit {clang_rc}\n{read_tail(err)}")
-                if host_rc != 0:
-                    raise BenchFailure(f"C host: exit {host_rc}: {read_tail(host_err)}")
-            assert host.stdout is not None
-            fields = host.stdout.read().split()
-            decisions = int(fields[0])
-            t_open, t_header, t_last, t_eof = (float(x) - start for x in fields[1:5])
-            host_cpu = float(fields[5])
-            phases = {
-                "connect": t_open,
-                "header": t_header,
-                "last_decision": t_last,
-                "eof": t_eof,
-                "exit": exited - start,
-            }
-            if warmup and out.read_bytes() != self.plain_objects.get(module.name):
-                raise BenchFailure("C host: the heuristic replay's object differs from the plain compile's")
-            return Sample(seconds, decisions=decisions, text_bytes=text_bytes(out), phases=phases, host_cpu=host_cpu)
-        finally:
-            if clang is not None:
-                kill_group(clang)
-            if host is not None:
-                host.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    host.wait(timeout=5)
-                if host.stdout is not None:
-                    host.stdout.close()
-            shutil.rmtree(channel, ignore_errors=True)
+        seconds, start, fields = c_host_compile(self.host, lambda base: self._argv(module, out, base), self.scratch)
+        decisions = int(fields[0])
+        t_open, t_header, t_last, t_eof, exited = (float(x) - start for x in [*fields[1:5], fields[-1]])
+        host_cpu = float(fields[5])
+        phases = {"connect": t_open, "header": t_header, "last_decision": t_last, "eof": t_eof, "exit": exited}
+        if warmup and out.read_bytes() != self.plain_objects.get(module.name):
+            raise BenchFailure("C host: the heuristic replay's object differs from the plain compile's")
+        return Sample(seconds, decisions=decisions, text_bytes=text_bytes(out), phases=phases, host_cpu=host_cpu)
 
     def rollout(self, module: Module, warmup: bool) -> Sample:
         keep = self.scratch / "rollout.o" if warmup else None  # the copy is made only in the warm-up
@@ -268,10 +228,59 @@ def build_c_host(workdir: Path) -> Path:
     if gcc is None:
         raise SystemExit("error: gcc (or cc) is needed to build the minimal C host")
     binary = workdir / "c_host"
-    proc = subprocess.run([gcc, "-O2", "-o", str(binary), str(C_HOST_SOURCE)], capture_output=True, text=True)
+    proc = subprocess.run([gcc, "-O2", "-o", str(binary), str(C_HOST_SOURCE), "-lm"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"error: building the C host failed:\n{proc.stderr}")
     return binary
+
+
+def c_host_compile(
+    host: Path, argv: Callable[[str], list[str]], scratch: Path, *host_args: str
+) -> tuple[float, float, list[str]]:
+    """One compile answered by the C host: the FIFOs made in a fresh directory under ``scratch``, the host
+    started (with ``host_args``: ``priority`` answers allocation priorities), clang run with ``argv(base)``.
+    Returns the wall seconds, the monotonic start, and the host's printed fields with the exit time appended
+    (``0`` decisions and NaN times if clang never opened the channel); raises :class:`BenchFailure` if either
+    fails. Nothing is left running or on disk."""
+    channel = Path(tempfile.mkdtemp(dir=scratch))
+    base = str(channel / "channel")
+    os.mkfifo(base + ".in", 0o600)
+    os.mkfifo(base + ".out", 0o600)
+    proc = clang = None
+    try:
+        with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as host_err:
+            start, t0 = mono(), time.perf_counter()
+            proc = subprocess.Popen(
+                [str(host), base, *host_args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=host_err
+            )
+            clang = spawn(argv(base), stderr=err)
+            clang_rc = wait_exit(clang, TIMEOUT)
+            clang_seconds = time.perf_counter() - t0
+            if clang_rc != 0:
+                proc.kill()
+            host_rc = wait_exit(proc, 10.0)
+            seconds = time.perf_counter() - t0
+            exited = mono()
+            if clang_rc != 0:
+                raise BenchFailure(f"C-host compile: clang exit {clang_rc}\n{read_tail(err)}")
+            if host_rc is None:  # a clang that connected has closed the FIFOs: the host would have seen the end
+                # so clang never opened the channel (an allocator's, in a module without a function): nothing
+                # was decided, and the compile's own time is the figure
+                return clang_seconds, start, ["0", *["nan"] * 5, repr(exited)]
+            if host_rc != 0:
+                raise BenchFailure(f"C host: exit {host_rc}: {read_tail(host_err)}")
+        assert proc.stdout is not None
+        return seconds, start, [*proc.stdout.read().decode().split(), repr(exited)]
+    finally:
+        if clang is not None:
+            kill_group(clang)
+        if proc is not None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        shutil.rmtree(channel, ignore_errors=True)
 
 
 def demo_corpus(toolchain: Toolchain, root: Path) -> Corpus:

@@ -2,10 +2,15 @@
    It opens CHANNEL_BASE.in for writing first, then CHANNEL_BASE.out, and answers every decision with
    the compiler's own answer (inlining_default, the last feature), so its object is byte-identical to a
    plain compile. Shared by bench/host_overhead.py (one module at a time) and bench/build.py (a whole
-   CMake build, through a CC/CXX wrapper). Prints: decisions t_open t_header t_last t_eof cpu_seconds. */
+   CMake build, through a CC/CXX wrapper). Prints: decisions t_open t_header t_last t_eof cpu_seconds.
+   With a second argument "priority" it answers the register allocator's priority channel instead
+   (features li_size int64, stage int64, weight float; advice float): 10^6 * weight, at most 4e9 —
+   optgym's start rule for that problem, so its object is the optgym host's with that rule, byte for byte
+   (bench/regalloc_host_cost.py). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,8 +30,9 @@ static double now(void) {
 static char line[1 << 20];
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CHANNEL_BASE\n", argv[0]);
+    int priority = argc == 3 && strcmp(argv[2], "priority") == 0;
+    if (argc != 2 && !priority) {
+        fprintf(stderr, "usage: %s CHANNEL_BASE [priority]\n", argv[0]);
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -52,12 +58,13 @@ int main(int argc, char **argv) {
     if (!out) { perror(out_path); return 3; }
     if (!fgets(line, sizeof line, out) || !strchr(line, '\n')) { fprintf(stderr, "no header line\n"); return 4; }
     double t_header = now();
-    /* Crude but enough for the inliner: every tensor is int64_t [1]; count the features' names. */
+    /* Crude but enough for the inliner: every tensor is int64_t [1]; count the features' names. The
+       priority channel's three are fixed: int64 li_size, int64 stage, float weight. */
     long features = 0;
     for (char *p = line; (p = strstr(p, "\"name\"")) != NULL; p += 6) features++;
     if (strstr(line, "\"advice\"")) features--;
-    if (features <= 0) { fprintf(stderr, "no features in the header\n"); return 4; }
-    size_t size = (size_t)features * 8;
+    if (features <= 0 || (priority && features != 3)) { fprintf(stderr, "unexpected features in the header\n"); return 4; }
+    size_t size = priority ? 8 + 8 + 4 : (size_t)features * 8;
     char *tensor = malloc(size + 1);
     long decisions = 0;
     double t_last = t_header;
@@ -68,9 +75,18 @@ int main(int argc, char **argv) {
             fprintf(stderr, "observation %ld cut short\n", decisions);
             return 5;
         }
-        int64_t answer;
-        memcpy(&answer, tensor + size - 8, 8); /* inlining_default, the last feature */
-        if (write(in_fd, &answer, 8) != 8) { perror("write advice"); return 6; }
+        if (priority) {
+            float weight;
+            memcpy(&weight, tensor + 16, 4);
+            /* as optgym's log-linear scorer computes it, so the two agree to the last bit */
+            double log_value = log(1e6) + log(weight > 1e-30 ? (double)weight : 1e-30);
+            float answer = (float)(log_value >= log(4e9) ? 4e9 : exp(log_value));
+            if (write(in_fd, &answer, 4) != 4) { perror("write advice"); return 6; }
+        } else {
+            int64_t answer;
+            memcpy(&answer, tensor + size - 8, 8); /* inlining_default, the last feature */
+            if (write(in_fd, &answer, 8) != 8) { perror("write advice"); return 6; }
+        }
         decisions++;
         t_last = now();
     }

@@ -11,6 +11,9 @@ hits every variant alike:
              (``plain_compile``'s runner polls for the exit with growing sleeps and rounds a time up);
   evict      ``rollout`` with the shipped eviction scorer (or ``--evict``);
   priority   ``rollout`` with the shipped priority scorer (or ``--priority``);
+  C host     the priority channel answered by bench/minimal_host.c with the start rule (10⁶ · weight): the
+             floor for any host of that channel — what clang's side of the protocol costs — its object
+             checked in the warm-up round to be the optgym host's with the same rule;
 
 the channels timed as the compile's wall time (``EpisodeResult.compile_seconds``: exits seen at once
 through a pidfd), and the scorer's own time inside it measured
@@ -22,22 +25,29 @@ around every call. Per module the median over rounds, summed over modules; print
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from host_overhead import build_c_host, c_host_compile  # bench/ is not a package: the shared C host
 from rich.console import Console
 from rich.table import Table
 
 from optgym.corpus import Corpus, Module
 from optgym.policies import resolve_policy
+from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.toolchain import find_toolchain
+from optgym.toolchain.sizes import object_sizes
 
-VARIANTS = ("plain", "evict", "priority")
+VARIANTS = ("plain", "evict", "priority", "c_host")
 
 
 def timed(policy: Callable, spent: list[float]) -> Callable:
@@ -71,11 +81,21 @@ def main() -> int:
     policies = {name: resolve_policy(getattr(args, name), f"regalloc-{name}").build() for name in problems}
     toolchain = find_toolchain(tuple(p.hook for p in problems.values()))
 
+    scratch = Path(tempfile.mkdtemp(prefix="optgym-regalloc-bench-"))
+    atexit.register(shutil.rmtree, scratch, True)  # on every way out, a failed check's SystemExit included
+    host_binary = build_c_host(scratch)
+    start_rule = CandidateScorer.initial("regalloc-priority")
+    priority = problems["priority"]
+
+    def c_host_argv(module: Module, out: Path) -> Callable[[str], list[str]]:
+        flags = priority.compile_flags()
+        return lambda base: module.argv(toolchain.clang, [*flags, *priority.channel_flags(base)], out)
+
     wall = {v: [[] for _ in modules] for v in VARIANTS}
     host = {v: [[] for _ in modules] for v in VARIANTS}
     decisions = dict.fromkeys(VARIANTS, 0)
     for round_ in range(args.repeat + 1):  # round 0 warms the caches and is not counted
-        order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
+        order = VARIANTS[round_ % len(VARIANTS) :] + VARIANTS[: round_ % len(VARIANTS)]
         for i, module in enumerate(modules):
             for variant in order:
                 spent = [0.0]
@@ -83,6 +103,14 @@ def main() -> int:
                     start = time.perf_counter()
                     subprocess.run(module.argv(toolchain.clang, (), os.devnull), check=True)
                     seconds, count = time.perf_counter() - start, 0
+                elif variant == "c_host":
+                    out = scratch / "c_host.o"
+                    seconds, _, fields = c_host_compile(host_binary, c_host_argv(module, out), scratch, "priority")
+                    count = int(fields[0])
+                    if not round_:  # the floor decides as optgym's host with the same rule, or it floors nothing
+                        same = rollout(priority, module, toolchain, start_rule).result
+                        if not same.ok or same.metrics["text_bytes"] != object_sizes(out).text_bytes:
+                            raise SystemExit(f"{module.name}: the C host's object differs from optgym's start rule")
                 else:
                     result = rollout(problems[variant], module, toolchain, timed(policies[variant], spent)).result
                     if not result.ok:
@@ -106,6 +134,7 @@ def main() -> int:
             f"{scorer[v] / total[v]:.1%}", f"{scorer[v] / per_compile * 1e6:.0f}" if per_compile else "",
         )  # fmt: skip
     Console().print(table)
+    print(f"priority channel: optgym's host {total['priority'] / total['c_host']:.3f}× the C host's compile wall")
     return 0
 
 
