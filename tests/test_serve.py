@@ -295,20 +295,22 @@ def test_guard_keeps_the_smaller_of_the_policys_object_and_clangs(tmp_path):
 
 def test_guard_below_compiles_clangs_object_only_for_a_small_one(tmp_path):
     """``OPTGYM_GUARD_BELOW=N``: never-inline loses on lib.c; with a bound above its object clang's object is
-    kept, with the bound at its size (not under it) the policy's stays; a bound that is not a byte count is
-    named on stderr and the compile is clang's plain one. Nothing is left beside the objects."""
+    kept, with the bound at its size (not under it) or 0 (off) the policy's stays; a bound that is not a byte
+    count is named on stderr and the compile is clang's plain one. Nothing is left beside the objects."""
     (tmp_path / "lib.c").write_text(LIB_C + "int main(void) { return apply(twice, 3); }\n")
     compile_ = ["-Oz", "-c", "lib.c", "-o"]
     assert run(["/usr/lib/llvm-22/bin/clang", *compile_, "plain.o"], tmp_path).returncode == 0
     assert run([CC, *compile_, "never.o"], tmp_path, OPTGYM_POLICY="never").returncode == 0
     size = object_sizes(tmp_path / "never.o").text_bytes
     assert size > object_sizes(tmp_path / "plain.o").text_bytes
-    for name, bound, kept in (("above", size + 1, "plain.o"), ("at", size, "never.o"), ("bad", "2k", "plain.o")):
+    cases = (("above", size + 1, "plain.o"), ("at", size, "never.o"), ("off", 0, "never.o"), ("bad", "2k", "plain.o"))
+    for name, bound, kept in cases:
         out = run([CC, *compile_, f"{name}.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_GUARD_BELOW=str(bound))
         assert out.returncode == 0, out.stderr
         assert (tmp_path / f"{name}.o").read_bytes() == (tmp_path / kept).read_bytes(), name
-        assert ("OPTGYM_GUARD_BELOW='2k' is not a positive number of bytes" in out.stderr) == (name == "bad")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["above.o", "at.o", "bad.o", "lib.c", "never.o", "plain.o"]
+        assert ("OPTGYM_GUARD_BELOW='2k' is not a number of bytes" in out.stderr) == (name == "bad")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["above.o", "at.o", "bad.o", "lib.c", "never.o", "off.o", "plain.o"]
 
 
 def test_guard_compiles_clangs_object_only_where_the_policy_departs_from_it(tmp_path):

@@ -104,14 +104,14 @@ def reference_args(args: Sequence[str], output: str) -> list[str]:
 
 
 def guard_below(env: dict[str, str]) -> int | None:
-    """The bound a build asked for: ``None`` without ``OPTGYM_GUARD_BELOW`` (or with ``OPTGYM_GUARD=1``, which
-    guards every object); a value that is not a positive byte count is an error the build is told about."""
+    """The bound a build asked for: ``None`` without ``OPTGYM_GUARD_BELOW``, with ``0``, or with ``OPTGYM_GUARD=1``
+    (which guards every object); a value that is not a byte count is an error the build is told about."""
     value = env.get("OPTGYM_GUARD_BELOW", "").strip()
     if not value or env.get("OPTGYM_GUARD") == "1":
         return None
-    if not value.isdigit() or int(value) <= 0:
-        raise ValueError(f"OPTGYM_GUARD_BELOW={value!r} is not a positive number of bytes")
-    return int(value)
+    if not value.isdigit():
+        raise ValueError(f"OPTGYM_GUARD_BELOW={value!r} is not a number of bytes")
+    return int(value) or None  # 0: no object is under it
 
 
 class Guard:
