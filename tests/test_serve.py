@@ -313,6 +313,24 @@ def test_guard_below_compiles_clangs_object_only_for_a_small_one(tmp_path):
     assert left == ["above.o", "at.o", "bad.o", "lib.c", "never.o", "off.o", "plain.o"]
 
 
+def test_by_default_a_small_object_with_an_allocator_channel_is_guarded(tmp_path, monkeypatch):
+    """Without ``OPTGYM_GUARD_BELOW``, a C compile serves the shipped eviction scorer — a problem with no clang
+    answer in its stream — so its object under 2 kB is guarded: never-inline's lib.c comes out as clang's. The
+    same source as C++, where no allocator policy is served, keeps never-inline's larger object."""
+    monkeypatch.delenv("OPTGYM_GUARD_BELOW")
+    monkeypatch.delenv("OPTGYM_EVICT_POLICY", raising=False)
+    source = LIB_C + "int main(void) { return apply(twice, 3); }\n"
+    (tmp_path / "lib.c").write_text(source)
+    (tmp_path / "lib.cpp").write_text(source)
+    for driver, src, name in ((CC, "lib.c", "c"), (CXX, "lib.cpp", "cxx")):
+        clang = "/usr/lib/llvm-22/bin/clang" + ("++" if driver == CXX else "")
+        assert run([clang, "-Oz", "-c", src, "-o", f"plain-{name}.o"], tmp_path).returncode == 0
+        served = run([driver, "-Oz", "-c", src, "-o", f"{name}.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_STRICT="1")
+        assert served.returncode == 0, served.stderr
+    assert (tmp_path / "c.o").read_bytes() == (tmp_path / "plain-c.o").read_bytes()
+    assert object_sizes(tmp_path / "cxx.o").text_bytes > object_sizes(tmp_path / "plain-cxx.o").text_bytes
+
+
 def test_guard_compiles_clangs_object_only_where_the_policy_departs_from_it(tmp_path):
     """A compile whose every answer is clang's own is clang's object already: the shipped policy leaves C to
     clang, so a guarded C compile runs no reference; never-inline departs, and clang's object wins."""

@@ -23,6 +23,7 @@ from optgym.policies import PolicyFactory, resolve_policy
 from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
 from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
+from optgym.serve.guard import DEFAULT_BELOW
 from optgym.toolchain import find_toolchain
 
 REPORT_FORMAT_VERSION = 1
@@ -145,10 +146,9 @@ def _task_failed(task: _Task, failure: TaskFailed) -> ModuleRow:
     return ModuleRow(task.module, None, None, None, None, None, None, 0, 0, 0.0, status, failure.reason)
 
 
-#: The bound of the guard ``optgym evaluate`` reports besides the full one (``OPTGYM_GUARD_BELOW``): on the
-#: training sample of C modules, objects under 2 kB held most modules the allocator policies made > 1 % worse
-#: and few of their bytes.
-GUARD_BELOW = 2048
+#: The bound of the guard ``optgym evaluate`` reports besides the full one: ``optgym-cc``'s default for the
+#: register allocator's problems (``OPTGYM_GUARD_BELOW``).
+GUARD_BELOW = DEFAULT_BELOW
 
 
 def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:

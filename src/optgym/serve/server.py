@@ -50,7 +50,7 @@ from optgym.problems import FeatureView, Problem, get_problem, problem_flags
 from optgym.protocol import Header
 from optgym.rollout.episode import decides
 from optgym.rollout.rollout import DecisionPoint
-from optgym.serve.guard import Guard, guard_below
+from optgym.serve.guard import DEFAULT_BELOW, Guard, guard_below
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language
 from optgym.toolchain.llvm import find_toolchain, parse_version
@@ -204,8 +204,10 @@ class Server:
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
             return _plain(fds)
+        # a problem whose stream has no answer of clang's (allocation) is guarded below DEFAULT_BELOW by default
+        default_below = DEFAULT_BELOW if any(not s.problem.heuristic_in_stream for s in served) else None
         try:
-            below = guard_below(env)
+            below = guard_below(env, default_below)
         except ValueError as e:
             return _plain(fds, str(e))
         compile_ = InteractiveCompile(
