@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Ship a trained policy as optgym's ``pretrained`` one for its problem, with its provenance beside it.
 
-    .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [--problem P] [--train-sample N] [-j N]
+    .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [--problem P] [--train-sample N]
+        [--fresh CORPUS] [-j N]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to
@@ -12,6 +13,8 @@
    run never saw), figures per language; for a register-allocation scorer also together with every
    policy shipped (what ``optgym-cc`` runs by default), and on ``--train-sample`` modules of the
    training side;
+   With ``--fresh``, every shipped policy together on a corpus of packages outside the training list
+   altogether (not even held out from it), per language: the figure no choice could have looked at;
 3. ``<problem>.provenance.json`` beside it: the training packages and their exact Debian versions,
    the held-out ones, the command that reproduces the run, the compiler, the figures on the training
    side and on the held-out packages.
@@ -37,7 +40,8 @@ from optgym.policies.trained import policy_dir_of
 from optgym.train.threshold import summary_figures
 
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
-           "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio")  # fmt: skip
+           "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio", "guarded_below_ratio",
+           "guarded_below_over_1pct")  # fmt: skip
 
 
 def by_language(rows: list, corpus: Corpus) -> dict[str, dict]:
@@ -91,6 +95,7 @@ def main() -> int:
     parser.add_argument("--problem", default="inline-size", choices=tuple(PRETRAINED_NAMES))
     parser.add_argument("--train-sample", type=int, default=0,
                         help="also evaluate this many training modules (0: the run's own figures only)")  # fmt: skip
+    parser.add_argument("--fresh", type=Path, help="a corpus of packages outside the training list to measure on")
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
 
@@ -112,12 +117,23 @@ def main() -> int:
         train_rows = evaluate("pretrained", train_corpus, problem=args.problem, workers=args.workers,
                               modules=sample(train_corpus, args.train_sample), progress=True)  # fmt: skip
         figures["training_sample"] = by_language(train_rows, train_corpus)
-    if args.problem != "inline-size":  # what optgym-cc runs by default: every shipped policy of the compile
-        beside = [p for p in PRETRAINED_NAMES if p != "inline-size" and pretrained_path(p).is_file()]
+    # what optgym-cc runs by default: every shipped policy of the compile
+    beside = [p for p in PRETRAINED_NAMES if p != "inline-size" and pretrained_path(p).is_file()]
+    if args.problem != "inline-size":
         together = evaluate("pretrained", heldout_corpus, workers=args.workers, progress=True,
                             companions=[(p, "pretrained") for p in beside])  # fmt: skip
         figures["heldout_with_shipped_policies"] = {"with": ["inline-size", *beside],
                                                     **by_language(together, heldout_corpus)}  # fmt: skip
+    if args.fresh:
+        fresh = Corpus(args.fresh)
+        rows = evaluate("pretrained", fresh, workers=args.workers, progress=True,
+                        companions=[(p, "pretrained") for p in beside])  # fmt: skip
+        fresh_packages = fresh.description["optgym"].get("packages", {})
+        figures["fresh_packages_with_shipped_policies"] = {
+            "with": ["inline-size", *beside],
+            "packages": {p: v.get("version") for p, v in sorted(fresh_packages.items())},
+            **by_language(rows, fresh),
+        }
     packages = description.get("packages", {})
     test_groups = set(split["test_groups"])
     provenance = {
@@ -144,7 +160,8 @@ def main() -> int:
             print(
                 f"{label} {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
                 f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
-                f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}"
+                f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}, below 2 kB {f['guarded_below_ratio']:.4f} "
+                f"({f['guarded_below_over_1pct']} > 1 % worse)"
             )
     print(f"provenance → {pretrained_provenance(args.problem)}")
     return 0
