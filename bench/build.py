@@ -25,7 +25,8 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
 (5) guarded     with ``--guard``: (4) plus ``OPTGYM_GUARD=1``, clang's own compile beside every policy
                 compile and the smaller object kept — what never growing an object costs in time.
 (6) guarded below N   with ``--guard-below N``: (4) plus ``OPTGYM_GUARD_BELOW=N``, clang's own compile
-                after the policy's only where that object has under N bytes of text.
+                after the policy's only where that object has under N bytes of text — ``optgym-cc``'s default
+                (2048) for a C compile with an allocator scorer, so ``--guard-below 0`` is (4) without it.
 
 Each round cleans and rebuilds every variant, the variants' order rotated from round to round so a
 noisy moment hits them alike; the table shows the median wall time of the rounds and the ratio to
@@ -469,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         served = variants["policy"]
         variants["guarded"] = Variant("guarded", f"(5) optgym-c++, {policy_label}, OPTGYM_GUARD=1", served.cc,
                                       served.cxx, {**served.env, "OPTGYM_GUARD": "1"})  # fmt: skip
-    if args.guard_below:
+    if args.guard_below is not None:
         served, below = variants["policy"], str(args.guard_below)
         label = f"(6) optgym-c++, {policy_label}, OPTGYM_GUARD_BELOW={below}"
         variants["guarded_below"] = Variant("guarded_below", label, served.cc, served.cxx,
