@@ -12,10 +12,12 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
                 bench/minimal_host.c — the C program of bench/host_overhead.py (b), which answers every
                 decision with clang's own — and runs clang with the channel flags: the floor for any
                 host, over a whole build. Its binaries must equal (1)'s code byte for byte in size.
-(3) heuristic   ``optgym-cc``/``optgym-c++`` with ``OPTGYM_POLICY=heuristic``: the launcher only, which
-                hands every compile straight to clang.
-(4) policy      ``optgym-cc``/``optgym-c++`` with a trained policy (``--policy``; a run or policy
-                directory is exported to ONNX first, so the shipped format is what is measured). Without
+(3) heuristic   ``optgym-cc``/``optgym-c++`` with every policy ``heuristic`` (``OPTGYM_POLICY``,
+                ``OPTGYM_EVICT_POLICY``, ``OPTGYM_PRIORITY_POLICY``): the launcher only, which hands every
+                compile straight to clang.
+(4) policy      ``optgym-cc``/``optgym-c++`` with a trained inliner (``--policy``) and the shipped
+                allocator scorers (in C compiles); a run or policy directory given as ``--policy`` is
+                exported to ONNX first, so the shipped format is what is measured. Without
                 ``--policy`` a quick behavioral-cloning policy is trained on the demo corpus (``optgym
                 corpus debian --preset demo`` → trace → vocab → ``train bc`` → ``export``), trained once
                 in the work directory and exported again on every run (the export format is part of what
@@ -73,11 +75,16 @@ from optgym.evaluate.elf_sizes import compare_builds
 from optgym.policies.mlp import is_policy_dir
 from optgym.problems import get_problem
 from optgym.toolchain.llvm import Toolchain, find_toolchain
+from optgym_cc import CHANNELS
 
 TARGET = 1.05
 PROJECTS = ("graphite2", "cmark")
 BIN = Path(sys.executable).parent
 DEFAULT_WORK = Path(os.environ.get("OPTGYM_CACHE_DIR", Path.home() / ".cache" / "optgym")) / "bench-build"
+
+#: Every policy variable of the launcher: (3) sets them all to ``heuristic`` — clang's own decisions everywhere
+#: (left unset, the allocator's would be the shipped scorers).
+CHANNEL_VARIABLES = tuple(variable for _, variable, _ in CHANNELS)
 
 
 class BenchError(Exception):
@@ -462,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         "plain": Variant("plain", "(1) clang-22 -Oz", str(clang / "clang"), str(clang / "clang++")),
         "c_host": Variant("c_host", "(2) minimal C host", str(chost_cc), str(chost_cxx)),
         "heuristic": Variant("heuristic", "(3) optgym-c++, heuristic", str(BIN / "optgym-cc"),
-                             str(BIN / "optgym-c++"), {"OPTGYM_POLICY": "heuristic"}),
+                             str(BIN / "optgym-c++"), dict.fromkeys(CHANNEL_VARIABLES, "heuristic")),
         "policy": Variant("policy", f"(4) optgym-c++, {policy_label}", str(BIN / "optgym-cc"),
                           str(BIN / "optgym-c++"), {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1"}),
     }  # fmt: skip
