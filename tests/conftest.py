@@ -19,7 +19,8 @@ _RUN_DIR = Path(tempfile.mkdtemp(prefix="optgym-tests-")) if _OWNER else Path(os
 os.environ[_RUN_DIR_ENV] = str(_RUN_DIR)
 os.environ["OPTGYM_CACHE_DIR"] = str(_RUN_DIR / "cache")
 os.environ["XDG_RUNTIME_DIR"] = str(_RUN_DIR / "run")
-(_RUN_DIR / "run").mkdir(parents=True, exist_ok=True)
+if _OWNER:  # a worker that imports this file after the session has removed the directory must not make it again
+    (_RUN_DIR / "run").mkdir(parents=True)
 os.environ.pop("OPTGYM_TRANSCRIPT", None)
 # optgym-cc guards small objects of compiles with an allocator channel by default: the tests compare served
 # objects with rollouts of the same policies, so they switch it off, and test_serve checks the default itself
