@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -57,3 +61,23 @@ def test_real_package_builds_and_a_missing_one_goes_on(tmp_path):
     assert again.returncode == 0 and "cached" in again.stdout
     desc = json.loads((out / "corpus_description.json").read_text())
     assert desc["modules"] == [m.name for m in corpus]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="holding dpkg's lock needs root")
+def test_apt_waits_for_a_lock_another_apt_holds(tmp_path):
+    """Two corpus runs at once (say the training list and a package set to evaluate on) both call
+    ``apt-get build-dep``; without a lock timeout the second fails at once with "Could not get lock" and
+    its packages are reported as build_deps_failed. Here the lock is held for a moment as apt holds it."""
+    lock = os.open("/var/lib/dpkg/lock-frontend", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.lockf(lock, fcntl.LOCK_EX)  # waits if a real apt holds it now
+        threading.Timer(1.5, os.close, (lock,)).start()  # closing the descriptor releases the lock
+        start = time.monotonic()
+        code = debian._apt(["apt-get", "install", "-y", "-q", "make"], tmp_path / "apt.log")  # already installed
+        waited = time.monotonic() - start
+    except BaseException:
+        os.close(lock)
+        raise
+    log = (tmp_path / "apt.log").read_text()
+    assert code == 0, log
+    assert waited >= 1.4 and "DPkg::Lock::Timeout" in log.splitlines()[0]

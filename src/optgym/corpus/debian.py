@@ -43,6 +43,7 @@ from optgym.errors import CorpusError, OptgymError
 
 APT_DIR = Path("/etc/apt")
 DEB_SRC_FILE = APT_DIR / "sources.list.d" / "optgym-deb-src.sources"
+APT_LOCK_WAIT = 900  # seconds apt-get waits for dpkg's lock held by another apt
 
 #: Training packages (issue 3); ``demo`` is small enough to build in a few minutes on 2 cores.
 CXX_PACKAGES = [
@@ -257,6 +258,8 @@ def enable_deb_src(log: Path) -> Path | None:
 def _apt(argv: Sequence[str], log: Path, cwd: Path | None = None) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    if list(argv[:1]) == ["apt-get"]:  # wait for another apt (a second corpus run, say) instead of failing at once
+        argv = [argv[0], "-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT}", *argv[1:]]
     with open(log, "a") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
