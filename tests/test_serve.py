@@ -313,10 +313,11 @@ def test_guard_below_compiles_clangs_object_only_for_a_small_one(tmp_path):
     assert left == ["above.o", "at.o", "bad.o", "lib.c", "never.o", "off.o", "plain.o"]
 
 
-def test_by_default_a_small_object_with_an_allocator_channel_is_guarded(tmp_path, monkeypatch):
-    """Without ``OPTGYM_GUARD_BELOW``, a C compile serves the shipped eviction scorer — a problem with no clang
-    answer in its stream — so its object under 2 kB is guarded: never-inline's lib.c comes out as clang's. The
-    same source as C++, where no allocator policy is served, keeps never-inline's larger object."""
+def test_by_default_a_small_object_is_guarded(tmp_path, monkeypatch):
+    """Without ``OPTGYM_GUARD_BELOW`` every served compile is guarded under 2 kB of text: never-inline's lib.c
+    and lib.cpp both come out as clang's own objects, byte for byte (C with the shipped allocator scorers
+    served beside it, C++ with the inliner's channel alone); with the bound at 0 the C++ object is never-inline's,
+    larger one — so the default, not the policy, made it clang's."""
     monkeypatch.delenv("OPTGYM_GUARD_BELOW")
     monkeypatch.delenv("OPTGYM_EVICT_POLICY", raising=False)
     source = LIB_C + "int main(void) { return apply(twice, 3); }\n"
@@ -327,8 +328,10 @@ def test_by_default_a_small_object_with_an_allocator_channel_is_guarded(tmp_path
         assert run([clang, "-Oz", "-c", src, "-o", f"plain-{name}.o"], tmp_path).returncode == 0
         served = run([driver, "-Oz", "-c", src, "-o", f"{name}.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_STRICT="1")
         assert served.returncode == 0, served.stderr
-    assert (tmp_path / "c.o").read_bytes() == (tmp_path / "plain-c.o").read_bytes()
-    assert object_sizes(tmp_path / "cxx.o").text_bytes > object_sizes(tmp_path / "plain-cxx.o").text_bytes
+        assert (tmp_path / f"{name}.o").read_bytes() == (tmp_path / f"plain-{name}.o").read_bytes(), name
+    off = run([CXX, "-Oz", "-c", "lib.cpp", "-o", "off.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_GUARD_BELOW="0")
+    assert off.returncode == 0, off.stderr
+    assert object_sizes(tmp_path / "off.o").text_bytes > object_sizes(tmp_path / "plain-cxx.o").text_bytes
 
 
 def test_guard_compiles_clangs_object_only_where_the_policy_departs_from_it(tmp_path):

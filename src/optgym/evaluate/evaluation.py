@@ -146,8 +146,8 @@ def _task_failed(task: _Task, failure: TaskFailed) -> ModuleRow:
     return ModuleRow(task.module, None, None, None, None, None, None, 0, 0, 0.0, status, failure.reason)
 
 
-#: The bound of the guard ``optgym evaluate`` reports besides the full one: ``optgym-cc``'s default for the
-#: register allocator's problems (``OPTGYM_GUARD_BELOW``).
+#: The bound of the guard ``optgym evaluate`` reports besides the full one: ``optgym-cc``'s default
+#: (``OPTGYM_GUARD_BELOW``), so the guarded-below figure is what a build with optgym-cc's defaults gets.
 GUARD_BELOW = DEFAULT_BELOW
 
 

@@ -204,10 +204,8 @@ class Server:
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
             return _plain(fds)
-        # a problem whose stream has no answer of clang's (allocation) is guarded below DEFAULT_BELOW by default
-        default_below = DEFAULT_BELOW if any(not s.problem.heuristic_in_stream for s in served) else None
         try:
-            below = guard_below(env, default_below)
+            below = guard_below(env, DEFAULT_BELOW)  # every served compile: see DEFAULT_BELOW
         except ValueError as e:
             return _plain(fds, str(e))
         compile_ = InteractiveCompile(
