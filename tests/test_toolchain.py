@@ -78,3 +78,27 @@ def test_sizes_match_llvm_size(corpus, toolchain, tmp_path, module):
     sizes = object_sizes(obj)
     assert (sizes.text_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
     assert sizes.text_bytes > sizes.dottext_bytes > 0
+
+
+def test_sizes_of_an_object_with_more_sections_than_the_elf_header_counts(toolchain, tmp_path):
+    """From 0xff00 sections on, ELF moves the section count and the string table's index into section 0
+    (a never-inline compile of a large C++ file, flann's flann.cpp, has one section per function): the
+    sizes still match llvm-size's, and a header pointing past its table is an ElfError, not an IndexError."""
+    from optgym.toolchain.sizes import ElfError
+
+    sections = 0xFF00 + 16
+    lines = [f'.section .text.f{i},"ax",@progbits\nret\n' for i in range(sections // 2)]
+    lines += [f'.section .rodata.r{i},"a",@progbits\n.byte {i % 256}\n' for i in range(sections // 2)]
+    (tmp_path / "many.s").write_text("".join(lines))
+    obj = tmp_path / "many.o"
+    subprocess.run([toolchain.clang, "-c", tmp_path / "many.s", "-o", obj], check=True, timeout=300)
+    data = obj.read_bytes()
+    assert int.from_bytes(data[0x3C:0x3E], "little") == 0, "the header's count moved into section 0"
+    sizes = object_sizes(obj)
+    assert (sizes.text_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
+    assert sizes.dottext_bytes == sections // 2
+    broken = bytearray(data)
+    shoff = int.from_bytes(data[0x28:0x30], "little")
+    broken[shoff + 0x20 : shoff + 0x28] = (1).to_bytes(8, "little")  # section 0 counts one: the string table is past it
+    with pytest.raises(ElfError):
+        object_sizes(bytes(broken))

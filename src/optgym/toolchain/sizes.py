@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
+SHN_XINDEX = 0xFFFF  # e_shstrndx when the string table's index is in section 0's sh_link
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,15 @@ def _sections(data: bytes) -> list[tuple[str, int, int, int]]:
         (shoff,) = struct.unpack_from(order + "I", data, 0x20)
         shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
         entry = order + "IIIIIIIIII"
-    if shoff == 0 or shentsize != struct.calcsize(entry) or shoff + shnum * shentsize > len(data):
+    if shoff == 0 or shentsize != struct.calcsize(entry) or shoff + shentsize > len(data):
+        raise ElfError("malformed section header table")
+    # ELF's extended numbering: with SHN_LORESERVE (0xff00) sections or more — a never-inline compile of a
+    # large C++ file has one per function — the header says 0 and SHN_XINDEX, and section 0 holds the count
+    # (sh_size) and the string table's index (sh_link)
+    first = struct.unpack_from(entry, data, shoff)
+    shnum = shnum or first[5]
+    shstrndx = first[6] if shstrndx == SHN_XINDEX else shstrndx
+    if shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
         raise ElfError("malformed section header table")
     headers = [struct.unpack_from(entry, data, shoff + i * shentsize) for i in range(shnum)]
     strtab = headers[shstrndx]
