@@ -28,7 +28,8 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
                 compile and the smaller object kept — what never growing an object costs in time.
 (6) guarded below N   with ``--guard-below N``: (4) plus ``OPTGYM_GUARD_BELOW=N``, clang's own compile
                 after the policy's only where that object has under N bytes of text — ``optgym-cc``'s default
-                (2048) for a C compile with an allocator scorer, so ``--guard-below 0`` is (4) without it.
+                (2048) for every served compile, so (4) is guarded that way and ``--guard-below 0`` is (4)
+                without it.
 
 Each round cleans and rebuilds every variant, the variants' order rotated from round to round so a
 noisy moment hits them alike; the table shows the median wall time of the rounds and the ratio to
