@@ -32,7 +32,7 @@ from pathlib import Path
 
 from optgym.corpus import Corpus
 from optgym.corpus.corpus import atomic_write_bytes
-from optgym.evaluate.evaluation import evaluate
+from optgym.evaluate.evaluation import GUARD_BELOW, evaluate
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
 from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.scorer import CandidateScorer
@@ -160,8 +160,8 @@ def main() -> int:
             print(
                 f"{label} {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
                 f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
-                f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}, below 2 kB {f['guarded_below_ratio']:.4f} "
-                f"({f['guarded_below_over_1pct']} > 1 % worse)"
+                f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}, "
+                f"below {GUARD_BELOW} B {f['guarded_below_ratio']:.4f} ({f['guarded_below_over_1pct']} > 1 % worse)"
             )
     print(f"provenance → {pretrained_provenance(args.problem)}")
     return 0

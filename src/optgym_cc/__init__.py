@@ -21,7 +21,7 @@ default ``pretrained``, the policy shipped in the package, or ``heuristic`` wher
 ``OPTGYM_SERVE_OPT`` (the ``-O`` levels served, default ``z,s``), ``OPTGYM_STRICT``, ``OPTGYM_GUARD=1``
 (clang's own compile runs beside the policy's and the smaller object is kept: no object larger than
 clang's, for a second compile's CPU), ``OPTGYM_GUARD_BELOW=N`` (the same only for objects under N bytes of
-text, compiled again after the policy's; default 2048 where an allocator policy is served, ``0`` for none),
+text, compiled again after the policy's; default 2048 for every served compile, ``0`` for none),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """
