@@ -71,13 +71,14 @@ def test_apt_waits_for_a_lock_another_apt_holds(tmp_path):
     lock = os.open("/var/lib/dpkg/lock-frontend", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.lockf(lock, fcntl.LOCK_EX)  # waits if a real apt holds it now
-        threading.Timer(1.5, os.close, (lock,)).start()  # closing the descriptor releases the lock
+        release = threading.Timer(1.5, fcntl.lockf, (lock, fcntl.LOCK_UN))
+        release.start()
         start = time.monotonic()
         code = debian._apt(["apt-get", "install", "-y", "-q", "make"], tmp_path / "apt.log")  # already installed
         waited = time.monotonic() - start
-    except BaseException:
-        os.close(lock)
-        raise
+        release.join()
+    finally:
+        os.close(lock)  # releases the lock too, if the timer never ran
     log = (tmp_path / "apt.log").read_text()
     assert code == 0, log
     assert waited >= 1.4 and "DPkg::Lock::Timeout" in log.splitlines()[0]
