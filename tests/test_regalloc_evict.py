@@ -8,7 +8,8 @@ import pytest
 import optgym
 from optgym.evaluate.evaluation import evaluate, summarize
 from optgym.policies import resolve_policy
-from optgym.policies.scorer import CandidateScorer
+from optgym.policies.mlp import PolicyFileError
+from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.problems import get_problem
 from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
 from optgym.rollout import plain_compile, rollout
@@ -125,22 +126,31 @@ def test_the_starting_scorer_follows_its_rule(pressure_corpus, toolchain, no_lef
     assert len(checked) > 0 and any(a != NOTHING for a in checked)
 
 
-SCORER_RUNS = [("regalloc-evict", "a candidate scorer", "mean"), ("regalloc-priority", "a log-linear scorer", "total")]
+SCORER_RUNS = [
+    ("regalloc-evict", "a candidate scorer", "mean", 0),
+    ("regalloc-priority", "a log-linear scorer", "total", 0),
+    ("regalloc-evict", "a residual scorer", "total", 3),
+]
 
 
-@pytest.mark.parametrize(("problem", "shape", "fitness"), SCORER_RUNS)
-def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, fitness, pressure_corpus, tmp_path, no_leftovers):
-    """Both scorer forms: eviction's candidate scorer, and the log-linear scorer of allocation priority (each
-    with one of the two fitnesses)."""
+@pytest.mark.parametrize(("problem", "shape", "fitness", "hidden"), SCORER_RUNS)
+def test_es_trains_a_scorer_that_evaluate_loads(
+    problem, shape, fitness, hidden, pressure_corpus, tmp_path, no_leftovers
+):
+    """Every scorer form: eviction's candidate scorer, the log-linear scorer of allocation priority, and the
+    residual scorer ``--scorer-hidden`` widens eviction's into (each with one of the two fitnesses); exported,
+    each decides as trained."""
     from typer.testing import CliRunner
 
     from optgym.cli import app
 
     start = CandidateScorer.initial(problem)
+    if hidden:
+        start = ResidualScorer.extending(start, hidden)
     run = tmp_path / "run"
     args = ["train", "es", "--problem", problem, "--language", "C", "--corpus", str(pressure_corpus.root),
             "-o", str(run), "--iterations", "2", "--directions", "2", "--sigma", "0.5", "-j", "1",
-            "--loss-weight", "1", "--fitness", fitness, "--no-final-eval"]  # fmt: skip
+            "--loss-weight", "1", "--fitness", fitness, "--scorer-hidden", str(hidden), "--no-final-eval"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert read_config(run)[1]["fitness"] == fitness
@@ -164,6 +174,45 @@ def test_es_trains_a_scorer_that_evaluate_loads(problem, shape, fitness, pressur
     assert "no modules to train on" in CliRunner().invoke(app, other).output
     bogus = CliRunner().invoke(app, [*args[:-1], "--fitness", "median", "-o", str(tmp_path / "bogus")])
     assert bogus.exit_code == 1 and "--fitness 'median'" in bogus.output and not (tmp_path / "bogus").exists()
+
+
+def test_a_residual_scorer_starts_with_the_linear_scorers_decisions(pressure_corpus, toolchain, tmp_path):
+    """``ResidualScorer.extending`` adds hidden units whose output weights are 0: at every real eviction decision
+    it picks what the linear scorer picks; once ES moves ``v`` the units change decisions; saved and loaded it
+    scores the same; a damaged hidden layer is refused as a policy file error."""
+    rng = np.random.default_rng(5)
+    linear = START.with_parameters(START.parameters() + rng.normal(0, 0.3, START.parameters().size))
+    residual = ResidualScorer.extending(linear, 4, seed=1)
+    flat = residual.parameters()
+    moved = residual.with_parameters(np.concatenate([flat[:-4], rng.normal(0, 5.0, 4)]))  # v: the last 4
+    picks: list[tuple[int, int, int]] = []
+
+    def all_three(point: DecisionPoint) -> int:
+        picks.append((linear(point)[0], residual(point)[0], moved(point)[0]))
+        return picks[-1][0]
+
+    assert rollout(get_problem("regalloc-evict"), pressure_corpus["pressure"], toolchain, all_three).result.ok
+    assert picks and all(a == b for a, b, _ in picks)
+    assert any(a != c for a, _, c in picks)  # the hidden units decide once their output weights are not 0
+    loaded = CandidateScorer.load(moved.save(tmp_path / "residual"))
+    assert type(loaded) is ResidualScorer and np.array_equal(loaded.parameters(), moved.parameters())
+    table = {f: rng.integers(-4, 900, 33).astype(np.float64) for f in moved.features} | {"mask": np.ones(33)}
+    assert np.array_equal(loaded.scores(table), moved.scores(table))
+    text = (tmp_path / "residual" / "policy.json").read_text().replace('"v": [', '"v": [1.0, ')
+    (tmp_path / "residual" / "policy.json").write_text(text)
+    with pytest.raises(PolicyFileError, match="hidden layer"):
+        CandidateScorer.load(tmp_path / "residual")
+
+
+def test_scorer_hidden_is_refused_for_a_problem_without_a_linear_candidate_scorer(pressure_corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    args = ["train", "es", "--problem", "regalloc-priority", "--corpus", str(pressure_corpus.root),
+            "-o", str(tmp_path / "run"), "--scorer-hidden", "4", "-j", "1"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "--scorer-hidden" in result.output and not (tmp_path / "run").exists()
 
 
 def test_a_scorer_exported_to_onnx_decides_as_trained(pressure_corpus, toolchain, tmp_path, no_leftovers):

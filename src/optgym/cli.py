@@ -304,7 +304,8 @@ def export(
     except OptgymError as e:
         _fail(str(e))
     prov = meta["provenance"]
-    shapes = {"candidate-scorer": "a candidate scorer", "log-linear-scorer": "a log-linear scorer"}
+    shapes = {"candidate-scorer": "a candidate scorer", "log-linear-scorer": "a log-linear scorer",
+              "residual-scorer": "a residual scorer"}  # fmt: skip
     shape = f"hidden {meta['network']['hidden']}" if "network" in meta else shapes[meta["form"]]
     summary = (
         f"{output}: {meta['problem']} policy, {len(meta['features'])} features, {shape}, "

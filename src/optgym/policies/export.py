@@ -58,7 +58,14 @@ import numpy as np
 
 from optgym.policies import PolicyFactory, file_identity
 from optgym.policies.mlp import MLPPolicy, PolicyFileError, is_cxx
-from optgym.policies.scorer import LOG_LINEAR_FORM, TINY, CandidateScorer, LogLinearScorer
+from optgym.policies.scorer import (
+    LOG_LINEAR_FORM,
+    RESIDUAL_FORM,
+    TINY,
+    CandidateScorer,
+    LogLinearScorer,
+    ResidualScorer,
+)
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 
@@ -175,6 +182,7 @@ def build_scorer_model(scorer: CandidateScorer, metadata: dict[str, Any]) -> onn
                                one column per candidate — the stream's tensors as clang sends them
     mask      float64 [K]      0 where the compiler rules the candidate out
       → scores = weights · features, −inf where masked        float64 [1, K]
+        (a residual scorer adds v · tanh(Uᵀ · sign(features) ln(1 + |features|) + c), column by column)
       → action = ArgMax (ties → the first candidate, as numpy)  int64 [1]
     """
     from onnx import TensorProto, helper
@@ -185,8 +193,23 @@ def build_scorer_model(scorer: CandidateScorer, metadata: dict[str, Any]) -> onn
         "minus_inf": np.full((), -np.inf, dtype=np.float64),
     }
     node = helper.make_node
-    nodes = [
-        node("MatMul", ["weights", INPUT], ["weighted"]),
+    nodes = [node("MatMul", ["weights", INPUT], ["weighted" if not isinstance(scorer, ResidualScorer) else "linear"])]
+    if isinstance(scorer, ResidualScorer):
+        consts |= {"one": np.ones((), np.float64), "U_t": scorer.U.T.copy(), "c": scorer.c.reshape(-1, 1),
+                   "v": scorer.v.reshape(1, -1)}  # fmt: skip
+        nodes += [
+            node("Abs", [INPUT], ["magnitude"]),
+            node("Add", ["magnitude", "one"], ["magnitude1"]),
+            node("Log", ["magnitude1"], ["log1p"]),
+            node("Sign", [INPUT], ["sign"]),
+            node("Mul", ["sign", "log1p"], ["squashed"]),
+            node("MatMul", ["U_t", "squashed"], ["pre"]),
+            node("Add", ["pre", "c"], ["pre_c"]),
+            node("Tanh", ["pre_c"], ["units"]),
+            node("MatMul", ["v", "units"], ["residual"]),
+            node("Add", ["linear", "residual"], ["weighted"]),
+        ]
+    nodes += [
         node("Equal", [MASK, "zero"], ["ruled_out"]),
         node("Where", ["ruled_out", "minus_inf", "weighted"], [SCORES]),
         node("ArgMax", [SCORES], [ACTION], axis=1, keepdims=0, select_last_index=0),
@@ -445,7 +468,7 @@ def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, 
         metadata |= {"form": LOG_LINEAR_FORM, "columns": policy.features, "languages": policy.languages}
         model = build_log_linear_model(policy, metadata)
     elif isinstance(policy, CandidateScorer):
-        metadata |= {"form": SCORER_FORM, "columns": policy.features, "mask": policy.mask,
+        metadata |= {"form": policy.form, "columns": policy.features, "mask": policy.mask,
                      "languages": policy.languages}  # fmt: skip
         model = build_scorer_model(policy, metadata)
     else:
@@ -603,7 +626,7 @@ class OnnxPolicy:
         if props.get(DIGEST_KEY) != graph_digest(model):
             raise ExportError(f"{path} is damaged: its graph does not match the digest recorded at export")
         # an MLP takes [N, features]; a scorer [columns, K] (its features are the columns and the mask)
-        scorer = metadata.get("form") in (SCORER_FORM, LOG_LINEAR_FORM)
+        scorer = metadata.get("form") in (SCORER_FORM, LOG_LINEAR_FORM, RESIDUAL_FORM)
         features = metadata.get("columns" if scorer else "features")
         dims = model.graph.input[0].type.tensor_type.shape.dim if model.graph.input else []
         if not isinstance(features, list) or len(dims) != 2 or dims[0 if scorer else 1].dim_value != len(features):

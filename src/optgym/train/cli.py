@@ -340,6 +340,9 @@ def es_command(
         str, typer.Option(help="mean: per-module rewards averaged (MLGO) | total: bytes saved over each batch")
     ] = "mean",
     with_: Companions = None,
+    scorer_hidden: Annotated[
+        int, typer.Option(help="widen a linear candidate scorer by N hidden units (a residual scorer) first")
+    ] = 0,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
@@ -363,7 +366,8 @@ def es_command(
                        sigma=sigma, learning_rate=learning_rate, workers=workers, snapshot_every=snapshot_every,
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
                        language=language, loss_weight=loss_weight, fitness=fitness,
-                       companions=[list(pair) for pair in parse_companions(with_)])  # fmt: skip
+                       companions=[list(pair) for pair in parse_companions(with_)],
+                       scorer_hidden=scorer_hidden)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

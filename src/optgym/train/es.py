@@ -48,7 +48,7 @@ from optgym.parallel.portable import (
 )
 from optgym.policies import PolicyFactory
 from optgym.policies.mlp import MLPPolicy
-from optgym.policies.scorer import CandidateScorer
+from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
@@ -92,6 +92,9 @@ class ESConfig:
     #: scorer trained beside the eviction scorer it will be served with); the reward is then all of them
     #: together against clang alone
     companions: list[list[str]] = field(default_factory=list)
+    #: widen a linear candidate scorer (the start, or a linear warm start) by this many hidden units before
+    #: training: a :class:`~optgym.policies.scorer.ResidualScorer` that starts with the linear one's decisions
+    scorer_hidden: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         raise RunError(f"--language {cfg.language!r}: C or C++")
     if cfg.fitness not in FITNESS:
         raise RunError(f"--fitness {cfg.fitness!r}: one of {', '.join(FITNESS)}")
+    if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
+        raise RunError(f"--scorer-hidden widens a linear candidate scorer; {cfg.problem}'s policy is not one")
     if not resume:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)  # type: ignore[arg-type]
@@ -222,6 +227,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             policy = CandidateScorer.initial(cfg.problem)
         else:
             policy = MLPPolicy.initial(Vocab.load(cfg.vocab), cfg.hidden, seed=cfg.seed, problem=cfg.problem)  # type: ignore[arg-type]
+        if cfg.scorer_hidden and not isinstance(policy, ResidualScorer):
+            policy = ResidualScorer.extending(policy, cfg.scorer_hidden, seed=cfg.seed)
         if isinstance(policy, CandidateScorer) and cfg.language and policy.languages is None:
             policy.languages = [cfg.language]  # it decides what it was trained on
         theta = policy.parameters()
