@@ -61,6 +61,9 @@ def test_real_package_builds_and_a_missing_one_goes_on(tmp_path):
     assert again.returncode == 0 and "cached" in again.stdout
     desc = json.loads((out / "corpus_description.json").read_text())
     assert desc["modules"] == [m.name for m in corpus]
+    added = _cli("optgym-no-such-package", "--add", "-o", str(out), "-j", "2")  # keeps zlib: no "nothing built"
+    assert added.returncode == 0 and "cached" in added.stdout, added.stdout + added.stderr
+    assert [m.name for m in Corpus(out)] == desc["modules"] and debian.held_packages(out) == ["zlib"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="holding dpkg's lock needs root")

@@ -204,11 +204,16 @@ def debian_cmd(
     include: Include = None,
     exclude: Exclude = None,
     max_decisions: MaxDecisions = None,
+    add: Annotated[
+        bool, typer.Option("--add", help="keep the packages OUTPUT already holds and add these (no rebuild)")
+    ] = False,
 ) -> None:
     """Fetch Debian source packages, build each with its upstream build system, merge them into one corpus.
 
     Module names are prefixed with the package; each package's exact source version is recorded. A package
-    that is missing or fails is reported and the others go on; finished packages are not rebuilt.
+    that is missing or fails is reported and the others go on; finished packages are not rebuilt. OUTPUT ends
+    up holding exactly the packages named (finished ones stay cached in its work directory): name them all
+    again, or give ``--add`` to keep what it holds and add the new ones.
     """
     from optgym.corpus import debian
     from optgym.errors import OptgymError
@@ -219,6 +224,9 @@ def debian_cmd(
         if preset not in debian.PRESETS:
             _fail(f"unknown preset {preset!r}; one of {', '.join(debian.PRESETS)}")
         names += [p for p in debian.PRESETS[preset] if p not in names]
+    if add:
+        held = debian.held_packages(output)
+        names = held + [n for n in names if n not in held]
     if not names:
         _fail("name some packages, or --preset demo|train")
     output = output.absolute()

@@ -426,6 +426,12 @@ def _last_error(log_text: str) -> str:
 # the merged corpus
 
 
+def held_packages(dest: Path) -> list[str]:
+    """The packages (as they were asked for) that the corpus ``dest`` holds, in its order; ``[]`` for none."""
+    held = read_description(Path(dest).absolute()).get("optgym", {}).get("packages", {})
+    return [info.get("package", source) for source, info in held.items()]
+
+
 def merge_packages(
     dest: Path,
     results: Iterable[PackageResult],
