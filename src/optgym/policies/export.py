@@ -193,8 +193,9 @@ def build_scorer_model(scorer: CandidateScorer, metadata: dict[str, Any]) -> onn
         "minus_inf": np.full((), -np.inf, dtype=np.float64),
     }
     node = helper.make_node
-    nodes = [node("MatMul", ["weights", INPUT], ["weighted" if not isinstance(scorer, ResidualScorer) else "linear"])]
-    if isinstance(scorer, ResidualScorer):
+    residual = isinstance(scorer, ResidualScorer)
+    nodes = [node("MatMul", ["weights", INPUT], ["linear" if residual else "weighted"])]
+    if residual:
         consts |= {"one": np.ones((), np.float64), "U_t": scorer.U.T.copy(), "c": scorer.c.reshape(-1, 1),
                    "v": scorer.v.reshape(1, -1)}  # fmt: skip
         nodes += [

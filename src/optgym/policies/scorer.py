@@ -84,17 +84,21 @@ class CandidateScorer:
         """Every feature the scorer reads (its columns and the mask): a compiler must send them all."""
         return list(self._read)
 
+    def column_scores(self, columns: np.ndarray) -> np.ndarray:
+        """The score of every column of ``columns`` (one row per feature), before the mask."""
+        return self.weights @ columns
+
     def scores(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         """Every column's score, ``-inf`` where the mask rules the column out."""
         columns = np.stack([np.asarray(features[f], dtype=np.float64).ravel() for f in self.features])
-        scores = self.weights @ columns
+        scores = self.column_scores(columns)
         scores[np.asarray(features[self.mask]).ravel() == 0] = -np.inf
         return scores
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
         # one matrix straight from the stream's bytes, the mask its last row: ~10x faster than scores(dict)
         rows = point.rows(self._read)
-        scores = self.weights @ rows[:-1]
+        scores = self.column_scores(rows[:-1])
         scores[rows[-1] == 0] = -np.inf
         return int(np.argmax(scores)), 0.0
 
@@ -259,21 +263,8 @@ class ResidualScorer(CandidateScorer):
                    languages=linear.languages)  # fmt: skip
 
     def column_scores(self, columns: np.ndarray) -> np.ndarray:
-        """The score of every column of ``columns`` (one row per feature), before the mask."""
         z = np.sign(columns) * np.log1p(np.abs(columns))
         return self.weights @ columns + self.v @ np.tanh(self.U.T @ z + self.c[:, None])
-
-    def scores(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
-        columns = np.stack([np.asarray(features[f], dtype=np.float64).ravel() for f in self.features])
-        scores = self.column_scores(columns)
-        scores[np.asarray(features[self.mask]).ravel() == 0] = -np.inf
-        return scores
-
-    def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        rows = point.rows(self._read)
-        scores = self.column_scores(rows[:-1])
-        scores[rows[-1] == 0] = -np.inf
-        return int(np.argmax(scores)), 0.0
 
     def parameters(self) -> np.ndarray:
         return np.concatenate([self.weights, self.U.ravel(), self.c, self.v])

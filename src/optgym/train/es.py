@@ -190,6 +190,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         raise RunError(f"--language {cfg.language!r}: C or C++")
     if cfg.fitness not in FITNESS:
         raise RunError(f"--fitness {cfg.fitness!r}: one of {', '.join(FITNESS)}")
+    if cfg.scorer_hidden < 0:
+        raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
         raise RunError(f"--scorer-hidden widens a linear candidate scorer; {cfg.problem}'s policy is not one")
     if not resume:
