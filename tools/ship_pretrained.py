@@ -3,6 +3,7 @@
 
     .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [--problem P] [--train-sample N]
         [--fresh CORPUS] [-j N]
+    .venv/bin/python tools/ship_pretrained.py --unseen CORPUS [--unseen CORPUS]... [-j N]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to
@@ -18,6 +19,12 @@
 3. ``<problem>.provenance.json`` beside it: the training packages and their exact Debian versions,
    the held-out ones, the command that reproduces the run, the compiler, the figures on the training
    side and on the held-out packages.
+
+``--unseen`` ships nothing: it measures every shipped policy together on each corpus of packages outside
+the training list (as ``--fresh`` does) and writes the figures into every shipped provenance, under
+``unseen_packages_with_shipped_policies`` (one entry per corpus, replacing an entry of the same name) —
+sets of packages built after a policy shipped belong beside it too, and re-shipping would need the
+training runs.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
 from optgym.train.threshold import summary_figures
 
+#: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
+UNSEEN = "unseen_packages_with_shipped_policies"
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
            "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio", "guarded_below_ratio",
            "guarded_below_over_1pct")  # fmt: skip
@@ -90,14 +99,22 @@ def sample(corpus: Corpus, count: int) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", type=Path, help="the trained run (or policy directory) to ship")
-    parser.add_argument("--corpus", type=Path, required=True, help="the corpus whose test side is held out")
+    parser.add_argument("run", type=Path, nargs="?", help="the trained run (or policy directory) to ship")
+    parser.add_argument("--corpus", type=Path, help="the corpus whose test side is held out")
     parser.add_argument("--problem", default="inline-size", choices=tuple(PRETRAINED_NAMES))
     parser.add_argument("--train-sample", type=int, default=0,
                         help="also evaluate this many training modules (0: the run's own figures only)")  # fmt: skip
     parser.add_argument("--fresh", type=Path, help="a corpus of packages outside the training list to measure on")
+    unseen_help = "ship nothing: add the shipped policies' figures on this corpus to their provenances"
+    parser.add_argument("--unseen", type=Path, action="append", default=[], help=unseen_help)
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
+    if args.unseen:
+        if args.run is not None:
+            parser.error("--unseen ships nothing: give no RUN")
+        return add_unseen(args.unseen, args.workers)
+    if args.run is None or args.corpus is None:
+        parser.error("RUN and --corpus are required to ship (or --unseen CORPUS to add figures)")
 
     shipped = pretrained_path(args.problem)
     ship = export_policy if args.problem == "inline-size" else ship_scorer
@@ -118,22 +135,14 @@ def main() -> int:
                               modules=sample(train_corpus, args.train_sample), progress=True)  # fmt: skip
         figures["training_sample"] = by_language(train_rows, train_corpus)
     # what optgym-cc runs by default: every shipped policy of the compile
-    beside = [p for p in PRETRAINED_NAMES if p != "inline-size" and pretrained_path(p).is_file()]
+    beside = shipped_scorers()
     if args.problem != "inline-size":
         together = evaluate("pretrained", heldout_corpus, workers=args.workers, progress=True,
                             companions=[(p, "pretrained") for p in beside])  # fmt: skip
         figures["heldout_with_shipped_policies"] = {"with": ["inline-size", *beside],
                                                     **by_language(together, heldout_corpus)}  # fmt: skip
     if args.fresh:
-        fresh = Corpus(args.fresh)
-        rows = evaluate("pretrained", fresh, workers=args.workers, progress=True,
-                        companions=[(p, "pretrained") for p in beside])  # fmt: skip
-        fresh_packages = fresh.description["optgym"].get("packages", {})
-        figures["fresh_packages_with_shipped_policies"] = {
-            "with": ["inline-size", *beside],
-            "packages": {p: v.get("version") for p, v in sorted(fresh_packages.items())},
-            **by_language(rows, fresh),
-        }
+        figures["fresh_packages_with_shipped_policies"] = unseen_figures(args.fresh, beside, args.workers)
     packages = description.get("packages", {})
     test_groups = set(split["test_groups"])
     provenance = {
@@ -153,18 +162,61 @@ def main() -> int:
     }  # fmt: skip
     atomic_write_bytes(pretrained_provenance(args.problem), json.dumps(provenance, indent=2).encode())
     for label, table in figures.items():
-        for name in ("all", "C", "C++"):
-            f = table.get(name) if isinstance(table, dict) else None
-            if not isinstance(f, dict) or not f.get("evaluated"):
-                continue
-            print(
-                f"{label} {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
-                f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
-                f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}, "
-                f"below {GUARD_BELOW} B {f['guarded_below_ratio']:.4f} ({f['guarded_below_over_1pct']} > 1 % worse)"
-            )
+        print_figures(label, table)
     print(f"provenance → {pretrained_provenance(args.problem)}")
     return 0
+
+
+def add_unseen(corpora: list[Path], workers: int | None) -> int:
+    """``--unseen``: every shipped policy together on each corpus, into every shipped provenance."""
+    beside = shipped_scorers()
+    measured = [unseen_figures(path, beside, workers) for path in corpora]
+    for entry in measured:
+        print_figures(f"unseen {entry['corpus']}", entry)
+    for problem in ("inline-size", *beside):
+        path = pretrained_provenance(problem)
+        provenance = json.loads(path.read_text())
+        names = {entry["corpus"] for entry in measured}
+        kept = [e for e in provenance["figures"].get(UNSEEN, []) if e.get("corpus") not in names]
+        provenance["figures"][UNSEEN] = kept + measured
+        atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
+        print(f"provenance → {path}")
+    return 0
+
+
+def shipped_scorers() -> list[str]:
+    """The register-allocation scorers shipped beside the inliner: what ``optgym-cc`` serves by default."""
+    return [p for p in PRETRAINED_NAMES if p != "inline-size" and pretrained_path(p).is_file()]
+
+
+def unseen_figures(path: Path, beside: list[str], workers: int | None) -> dict:
+    """Every shipped policy together (the inliner and ``beside``) on a corpus of packages outside the
+    training list, per language, with the packages and their versions."""
+    corpus = Corpus(path)
+    rows = evaluate("pretrained", corpus, workers=workers, progress=True,
+                    companions=[(p, "pretrained") for p in beside])  # fmt: skip
+    packages = corpus.description["optgym"].get("packages", {})
+    return {
+        "corpus": path.resolve().name,
+        "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "with": ["inline-size", *beside],
+        "packages": {p: v.get("version") for p, v in sorted(packages.items())},
+        **by_language(rows, corpus),
+    }
+
+
+def print_figures(label: str, table: object) -> None:
+    """One line per language of a figures table (other entries of ``figures`` are skipped)."""
+    for name in ("all", "C", "C++"):
+        f = table.get(name) if isinstance(table, dict) else None
+        if not isinstance(f, dict) or not f.get("evaluated"):
+            continue
+        print(
+            f"{label} {name:3s}: {f['evaluated']} modules, Berkeley text {f['total_ratio']:.4f}, "
+            f".text {f['dottext_ratio']:.4f}, {f['regressed_over_1pct']} > 1 % worse; "
+            f"guarded (OPTGYM_GUARD=1) {f['guarded_ratio']:.4f}, "
+            f"below {GUARD_BELOW} B {f['guarded_below_ratio']:.4f} ({f['guarded_below_over_1pct']} > 1 % worse)"
+        )
 
 
 if __name__ == "__main__":
