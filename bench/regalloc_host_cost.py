@@ -63,6 +63,12 @@ def timed(policy: Callable, spent: list[float]) -> Callable:
     return call
 
 
+def scorer_for(spec: str, problem: str) -> Callable:
+    """The policy ``spec`` names for ``problem``; ``start``, the problem's starting rule (the C host's rule, for
+    priority: the two hosts then answer alike)."""
+    return CandidateScorer.initial(problem) if spec == "start" else resolve_policy(spec, problem).build()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", required=True)
@@ -70,15 +76,16 @@ def main() -> int:
     parser.add_argument("--language", default="C")
     parser.add_argument("--modules", type=int, default=24, help="every N-th module by name, this many")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--evict", default="pretrained")
-    parser.add_argument("--priority", default="pretrained")
+    spec = "a policy spec (pretrained, a run or .onnx file) or start: the problem's starting rule"
+    parser.add_argument("--evict", default="pretrained", help=spec)
+    parser.add_argument("--priority", default="pretrained", help=spec)
     args = parser.parse_args()
 
     corpus = Corpus(args.corpus, split=args.split)
     names = sorted(m.name for m in corpus if m.family == args.language)
     modules: list[Module] = [corpus.module(n) for n in names[:: max(1, len(names) // args.modules)][: args.modules]]
     problems = {name: get_problem(f"regalloc-{name}") for name in ("evict", "priority")}
-    policies = {name: resolve_policy(getattr(args, name), f"regalloc-{name}").build() for name in problems}
+    policies = {name: scorer_for(getattr(args, name), f"regalloc-{name}") for name in problems}
     toolchain = find_toolchain(tuple(p.hook for p in problems.values()))
 
     scratch = Path(tempfile.mkdtemp(prefix="optgym-regalloc-bench-"))
