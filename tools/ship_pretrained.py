@@ -173,10 +173,10 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
     measured = [unseen_figures(path, beside, workers) for path in corpora]
     for entry in measured:
         print_figures(f"unseen {entry['corpus']}", entry)
+    names = {entry["corpus"] for entry in measured}
     for problem in ("inline-size", *beside):
         path = pretrained_provenance(problem)
         provenance = json.loads(path.read_text())
-        names = {entry["corpus"] for entry in measured}
         kept = [e for e in provenance["figures"].get(UNSEEN, []) if e.get("corpus") not in names]
         provenance["figures"][UNSEEN] = kept + measured
         atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
