@@ -183,17 +183,30 @@ def evaluate(
         bool, typer.Option("--all-snapshots", help="POLICY is a run: evaluate every snapshot too (the snapshot curve)")
     ] = False,
     with_: Companions = None,
+    candidates: Annotated[
+        int,
+        typer.Option(
+            help="compile each C module as optgym-cc does with OPTGYM_CANDIDATES=N: the shipped "
+            "portfolio's first N candidates, the smallest kept (0: the policies alone)"
+        ),
+    ] = 0,
+    portfolio: Annotated[
+        Path | None, typer.Option(help="with --candidates: this portfolio file instead of the shipped one")
+    ] = None,
 ) -> None:
     """Compile a corpus with a policy and with clang's heuristic; write report.json, modules.csv, report.md, plots.
 
     With ``--with regalloc-evict=POLICY`` the policy's compiles also have their register allocation
-    decided by POLICY, and the comparison is both policies together against clang alone."""
+    decided by POLICY, and the comparison is both policies together against clang alone. With
+    ``--candidates N`` the portfolio's language (C) is compiled by the shipped portfolio instead, as
+    ``optgym-cc`` builds it (``--candidates 1``: the default build's C compile)."""
     from optgym import __version__
     from optgym.corpus import Corpus
     from optgym.errors import OptgymError
     from optgym.evaluate import evaluate as run_evaluation
     from optgym.evaluate.report import write_report
     from optgym.policies import resolve_policy
+    from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, load_portfolio
     from optgym.problems import get_problem
     from optgym.toolchain import find_toolchain
 
@@ -212,7 +225,8 @@ def evaluate(
         toolchain = find_toolchain(tuple(hooks))
         rows = run_evaluation(policy, corpus_obj, problem=problem, modules=modules, workers=workers, mode=mode,
                               seed=seed, timeout=timeout, progress=not json_out, transcript_dir=transcript,
-                              companions=companions)  # fmt: skip
+                              companions=companions, candidates=candidates,
+                              portfolio=load_portfolio(portfolio) if portfolio else None)  # fmt: skip
         snapshots = None
         if all_snapshots:
             from optgym.evaluate import summarize
@@ -231,6 +245,11 @@ def evaluate(
                 "with": {name: resolve_policy(spec, name).identity for name, spec in companions},
                 "corpus": str(corpus), "split": split, "language": language, "compiler": toolchain.banner,
                 "optgym": __version__}  # fmt: skip
+    if candidates:
+        from optgym.policies import file_identity
+
+        chosen = portfolio or PRETRAINED_PORTFOLIO
+        identity["candidates"] = {"count": candidates, "portfolio": str(chosen), "identity": file_identity(chosen)}
     result = write_report(report, rows, identity, snapshots)
     if json_out:
         print(json.dumps(result, indent=2, sort_keys=True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from optgym.errors import OptgymError
 from optgym.parallel import TaskFailed, run_tasks
 from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
+from optgym.policies.portfolio import Portfolio, load_portfolio
 from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
 from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
@@ -68,6 +69,7 @@ class _Task:
     timeout: float
     transcript_dir: str | None = None  # record exchanges there (bypasses the cache: a hit records nothing)
     companions: tuple[tuple[str, PolicyFactory], ...] = ()  # other problems of the compile, and their policies
+    flags: tuple[str, ...] = ()  # extra clang flags of the policy's compile (a portfolio candidate's thresholds)
 
 
 def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> tuple[EpisodeResult, int]:
@@ -79,7 +81,7 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
     # a policy that leaves this language to clang: a key of its own (such entries once held its compile)
     left_part = [] if decides(policy, module.language) else ["left to clang"]
     key = cache.key([task.policy.identity, task.mode, seed_part, module.digest, problem.name,
-                     *problem.compile_flags(), toolchain.identity, *with_part, *left_part])  # fmt: skip
+                     *problem.compile_flags(), toolchain.identity, *with_part, *left_part, *task.flags])  # fmt: skip
     if task.transcript_dir is None and (hit := cache.get(key)) is not None:
         return EpisodeResult(**hit["result"]), hit["differing"]
     if task.mode == "collect" and hasattr(policy, "stochastic"):
@@ -97,7 +99,7 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
             return baseline(problem, module, toolchain, timeout=task.timeout), 0
         (problem, policy), companions = deciding[0], deciding[1:]
     run = rollout(problem, module, toolchain, policy, timeout=task.timeout, transcript=transcript,
-                  companions=companions)  # fmt: skip
+                  companions=companions, extra_flags=task.flags)  # fmt: skip
     differing = int((run.trajectory.actions != run.trajectory.heuristic).sum())
     if run.result.ok:
         cache.put(key, {"result": asdict(run.result), "differing": differing})
@@ -214,23 +216,51 @@ def evaluate(
     progress: bool = True,
     transcript_dir: Path | None = None,
     companions: Sequence[tuple[str, str]] = (),
+    flags: Sequence[str] = (),
+    candidates: int = 0,
+    portfolio: Portfolio | None = None,
 ) -> list[ModuleRow]:
     """Every module of ``corpus`` (or just ``modules``) compiled with ``policy`` vs the heuristic.
 
     ``companions`` — ``(problem, policy spec)`` pairs — decide other problems of the policy's compiles
     (a trained eviction policy beside an inliner): the comparison is then the policies together against
-    clang alone. Deterministic companions only: a greedy policy's compile is cached as one result."""
+    clang alone. Deterministic companions only: a greedy policy's compile is cached as one result.
+    ``flags`` are added to every compile a policy decides.
+
+    ``candidates`` ≥ 1: the modules of ``portfolio``'s language family (default: the shipped one) are
+    compiled as ``optgym-cc`` compiles them with ``OPTGYM_CANDIDATES=candidates`` — each by the portfolio's
+    first ``candidates`` candidates, the smallest object kept (:func:`evaluate_portfolio`); ``policy`` and
+    ``companions`` decide the other modules."""
     if mode not in ("eval", "collect"):
         raise ValueError(f"mode must be 'eval' or 'collect', got {mode!r}")
     corpus = corpus if isinstance(corpus, Corpus) else Corpus(corpus)
-    factory = portable_policy(resolve_policy(policy, problem), workers)  # under Ray, a policy directory travels too
     names = list(modules) if modules is not None else [m.name for m in corpus]
+    if candidates:
+        portfolio = portfolio or load_portfolio()
+        mine = {n for n in names if corpus.module(n).family == portfolio.family}
+        common = {"workers": workers, "timeout": timeout, "progress": progress}
+        build = [(problem, policy), *companions]
+        if not portfolio.applies_to([(get_problem(name).name, spec) for name, spec in build]):
+            # only a problem the first candidate names, decided by another policy, stops it: fill the rest in
+            named = {name for name, _ in portfolio.candidates[0].policies}
+            if any(get_problem(name).name in named for name, _ in build):
+                raise OptgymError(f"{portfolio.path} is the shipped allocator policies' portfolio: evaluate it "
+                                  f"without another policy for {', '.join(sorted(named))}")  # fmt: skip
+        rows = evaluate_portfolio(corpus, portfolio, candidates, [n for n in names if n in mine], policies=build,
+                                  **common)  # fmt: skip
+        others = [n for n in names if n not in mine]
+        if others:
+            rows += evaluate(policy, corpus, problem=problem, modules=others, mode=mode, seed=seed,
+                             transcript_dir=transcript_dir, companions=companions, flags=flags, **common)  # fmt: skip
+        by_name = {row.module: row for row in rows}
+        return [by_name[n] for n in names]
+    factory = portable_policy(resolve_policy(policy, problem), workers)  # under Ray, a policy directory travels too
     transcripts = str(transcript_dir) if transcript_dir else None
     if transcripts and companions:
         raise OptgymError("a transcript records one channel: evaluate without --with to record one")
     with_policies = companion_factories(problem, companions, workers)
     sources = portable_modules([corpus.module(n) for n in names], workers)
-    tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts, with_policies)
+    tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts, with_policies, tuple(flags))
              for i, (n, source) in enumerate(zip(names, sources, strict=True))]  # fmt: skip
     rows: list[ModuleRow | None] = [None] * len(tasks)
     totals = {"h": 0, "p": 0}
@@ -245,3 +275,54 @@ def evaluate(
             totals["h"] += row.heuristic_text
             totals["p"] += row.policy_text
     return [r for r in rows if r is not None]
+
+
+def evaluate_portfolio(
+    corpus: Corpus,
+    portfolio: Portfolio,
+    count: int,
+    modules: Sequence[str],
+    *,
+    policies: Sequence[tuple[str, str]] = (),
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: bool = True,
+) -> list[ModuleRow]:
+    """``modules`` compiled by the first ``count`` candidates of ``portfolio``, each row the smallest object
+    (what ``optgym-cc`` keeps with ``OPTGYM_CANDIDATES=count``): every candidate is one cached evaluation,
+    so a larger ``count`` costs only the new candidates' compiles. ``policies``: the build's ``(problem,
+    spec)`` pairs, each candidate's own in their place (:meth:`Candidate.compile_policies`).
+
+    The first candidate is the build's own compile: where it fails the row fails (the build would have
+    fallen back to clang); another candidate's failure only takes it out of that module's choice. A row's
+    ``detail`` names the candidate kept, its ``compile_seconds`` add up every candidate's."""
+    chosen = portfolio.first(count)
+    runs: list[tuple[str, dict[str, ModuleRow]]] = []
+    for candidate in chosen:
+        if candidate.is_clang:
+            continue
+        (problem, spec), *companions = candidate.compile_policies(policies)
+        rows = evaluate(spec, corpus, problem=problem, modules=modules, workers=workers, timeout=timeout,
+                        progress=progress, companions=companions, flags=candidate.flags)  # fmt: skip
+        runs.append((candidate.name, {row.module: row for row in rows}))
+    if not runs:
+        raise OptgymError(f"{portfolio.path}: its first {count} candidates are clang's own compile alone")
+    with_clang = any(candidate.is_clang for candidate in chosen)
+    combined = []
+    for name in modules:
+        first = runs[0][1][name]
+        if not first.ok:
+            combined.append(first)
+            continue
+        kept, label = first, runs[0][0]
+        for candidate, rows in runs[1:]:
+            row = rows[name]
+            if row.ok and row.policy_text < kept.policy_text:  # type: ignore[operator]
+                kept, label = row, candidate
+        text, dottext = kept.policy_text, kept.policy_dottext
+        if with_clang and kept.heuristic_text < text:  # type: ignore[operator]
+            text, dottext, label = kept.heuristic_text, kept.heuristic_dottext, "clang"
+        seconds = sum(rows[name].compile_seconds for _, rows in runs)
+        combined.append(replace(kept, policy_text=text, policy_dottext=dottext, detail=label, compile_seconds=seconds,
+                                ratio=text / kept.heuristic_text if kept.heuristic_text else 1.0))  # fmt: skip
+    return combined

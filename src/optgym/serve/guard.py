@@ -66,6 +66,27 @@ def remove_orphans(directory: str, name: str) -> None:
                     os.unlink(entry.path)
 
 
+def sibling(output: str) -> str:
+    """A new empty hidden file beside ``output`` for another compile of the same object (after removing those a
+    killed server left): beside it, so the object that wins replaces ``output`` with one ``rename``. ``OSError``
+    when the directory takes no file."""
+    directory, name = os.path.split(output)
+    remove_orphans(directory, name)
+    fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}.", suffix=SUFFIX)
+    os.close(fd)
+    return path
+
+
+def keep_smaller(output: str, other: str) -> tuple[int, int]:
+    """The Berkeley text of ``output`` and of ``other``, a compile of the same object; ``other`` replaces
+    ``output`` only when strictly smaller (a tie keeps the build's own compile). ``OSError``/``ElfError`` when
+    either is unreadable."""
+    mine, theirs = object_sizes(output).text_bytes, object_sizes(other).text_bytes
+    if theirs < mine:
+        os.replace(other, output)
+    return mine, theirs
+
+
 def output_path(args: Sequence[str], cwd: str) -> str:
     """The object a ``-c`` compile writes: the last ``-o``, else the source's basename with ``.o`` in ``cwd``
     (clang's rule). ``args`` excludes the driver; the caller has checked it is one source to one object."""
@@ -154,14 +175,11 @@ class Guard:
         self.departed = True
         if self.why_not is not None or self.reference is not None or self.below is not None:
             return
-        directory, name = os.path.split(self.output)
-        remove_orphans(directory, name)
         try:
-            fd, self.reference = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}.", suffix=SUFFIX)
+            self.reference = sibling(self.output)
         except OSError as e:
             self.why_not = f"no temporary file beside the output: {e}"
             return
-        os.close(fd)
         try:
             self.proc = spawn([self.argv[0], *reference_args(self.args, self.reference)],
                               stderr=subprocess.DEVNULL, cwd=self.cwd, env=self.env)  # fmt: skip
@@ -187,13 +205,10 @@ class Guard:
         if wait_exit(self.proc, timeout) != 0:
             return {"guard": "policy", "guard_detail": "clang's own compile failed or timed out"}
         try:
-            policy, reference = object_sizes(self.output).text_bytes, object_sizes(self.reference).text_bytes
+            policy, reference = keep_smaller(self.output, self.reference)
         except (OSError, ElfError) as e:
             return {"guard": "policy", "guard_detail": f"sizes unreadable: {e}"}
-        if reference < policy:
-            os.replace(self.reference, self.output)
-            return {"guard": "clang", "policy_text": policy, "clang_text": reference}
-        return {"guard": "policy", "policy_text": policy, "clang_text": reference}
+        return {"guard": "clang" if reference < policy else "policy", "policy_text": policy, "clang_text": reference}
 
     def close(self) -> None:
         """Kill the reference if it still runs and remove its file: safe on every path, twice too."""

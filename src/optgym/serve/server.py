@@ -25,6 +25,13 @@ With ``OPTGYM_GUARD=1`` in the build's environment, clang's plain compile runs b
 from the policy's first answer that is not clang's own — and the smaller object is kept
 (:mod:`optgym.serve.guard`).
 
+A compile of the shipped portfolio's language (C) with the shipped policies is the portfolio's
+(:mod:`optgym.policies.portfolio`; ``OPTGYM_PORTFOLIO=FILE``: another one): its first candidate's flags
+join the compile, and with ``OPTGYM_CANDIDATES=N`` (default 1; ``0``: no portfolio) the object is then
+compiled the next ``N - 1`` ways too, one after the other, each into a hidden sibling, and the smallest
+object is kept. Sequential on
+purpose: a parallel build already keeps every core busy with other objects' compiles.
+
 A launcher that disappears (the build was interrupted) has its compile killed at once; the server
 exits after ``--idle`` seconds without a connection.
 """
@@ -37,6 +44,7 @@ import marshal
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -46,14 +54,26 @@ from typing import Any
 
 from optgym.errors import OptgymError
 from optgym.policies import resolve_policy
+from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
 from optgym.problems import FeatureView, Problem, get_problem, problem_flags
 from optgym.protocol import Header
 from optgym.rollout.episode import decides
 from optgym.rollout.rollout import DecisionPoint
-from optgym.serve.guard import DEFAULT_BELOW, Guard, guard_below
+from optgym.serve.guard import (
+    DEFAULT_BELOW,
+    Guard,
+    guard_below,
+    keep_smaller,
+    output_path,
+    reference_args,
+    sibling,
+    unguardable,
+)
 from optgym.toolchain.interactive import InteractiveCompile
-from optgym.toolchain.language import driver_language
+from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import find_toolchain, parse_version
+from optgym.toolchain.process import kill_group, spawn, wait_exit
+from optgym.toolchain.sizes import ElfError
 
 MAX_REQUEST = 1 << 20
 #: Decision points remembered (~0.5 KB each): a C++ build meets the same call site — same features, same
@@ -119,6 +139,32 @@ class Served:
     view: tuple[Header, FeatureView, str | None] | None = None  # the last header's view and fit verdict
 
 
+@dataclass
+class _Running:
+    """What a launcher waits for: the compile running now — the build's own, then each other candidate's — and
+    whether the launcher has gone (then the running compile is killed and no other candidate starts)."""
+
+    compile: InteractiveCompile | subprocess.Popen | None = None
+    gone: bool = False
+
+    def kill(self) -> None:
+        current = self.compile
+        if isinstance(current, subprocess.Popen):
+            kill_group(current)
+        elif current is not None and current.outcome is None and current.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(current.pid, signal.SIGKILL)
+
+
+def candidate_count(env: dict[str, str]) -> int:
+    """``OPTGYM_CANDIDATES``: how many of the portfolio's candidates compile each object (default 1, the
+    default build's own; ``0``: no portfolio). A value that is not a count is an error the build is told about."""
+    value = env.get("OPTGYM_CANDIDATES", "").strip() or "1"
+    if not value.isdigit():
+        raise ValueError(f"OPTGYM_CANDIDATES={value!r} is not a number of compiles")
+    return int(value)
+
+
 def _load(problem: str, spec: str) -> Served:
     factory = resolve_policy(spec, problem)
     policy = factory.build(seed=0) if factory.stochastic else factory.build()
@@ -148,6 +194,8 @@ class Server:
             raise found[0]
         self.toolchain = found[0]
         self.policy_spec = policy_spec
+        self.portfolios: dict[str, Portfolio] = {}  # by path: read at the first compile that uses one
+        self.candidate_policies: dict[tuple[str, str], Served] = {}  # loaded at a candidate's first compile
         self.active = 0
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
@@ -206,10 +254,12 @@ class Server:
             return _plain(fds)
         try:
             below = guard_below(env, DEFAULT_BELOW)  # every served compile: see DEFAULT_BELOW
-        except ValueError as e:
+            candidates = self._candidates(language, served, env)
+        except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
+        flags = candidates[0].flags if candidates and not candidates[0].clashes_with(argv) else ()
         compile_ = InteractiveCompile(
-            lambda *bases: [*argv, *problem_flags([s.problem for s in served], bases)],
+            lambda *bases: [*argv, *flags, *problem_flags([s.problem for s in served], bases)],
             channels=len(served),
             timeout=timeout,
             stdout=stdout_fd,
@@ -217,13 +267,16 @@ class Server:
             cwd=cwd,
             env=env,
         )
-        guarded = env.get("OPTGYM_GUARD") == "1" or below is not None
-        guard = Guard(argv, cwd, env, below) if guarded else None
+        guarded = len(candidates) < 2 and (env.get("OPTGYM_GUARD") == "1" or below is not None)  # else: clang's
+        guard = Guard(argv, cwd, env, below) if guarded else None  # compile is the portfolio's second candidate
+        running = _Running(compile_)
         try:
-            threading.Thread(target=self._watch, args=(conn, compile_), daemon=True).start()
+            threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
             reply = self._drive(compile_, language, guard, served)
             if guard is not None and not reply.get("fallback"):
                 reply |= guard.finish(reply["returncode"], timeout)
+            if len(candidates) > 1 and not reply.get("fallback") and reply["returncode"] == 0:
+                reply |= self._other_candidates(argv, cwd, env, language, candidates, timeout, running)
             return reply
         except Exception as e:  # a policy bug must never break the build: the launcher reruns plainly
             return {"fallback": True, "warning": f"policy {self.policy_spec} failed: {type(e).__name__}: {e}"}
@@ -233,6 +286,113 @@ class Server:
                 guard.close()
             os.close(stdout_fd)
             os.close(stderr_fd)
+
+    def _candidates(self, language: str, served: Sequence[Served], env: dict[str, str]) -> tuple[Candidate, ...]:
+        """The portfolio's candidates for this compile: none unless it is of the portfolio's language and its
+        deciding policies are the portfolio's own (a build that chose other policies gets what it chose)."""
+        count = candidate_count(env)
+        if count == 0:
+            return ()
+        path = env.get("OPTGYM_PORTFOLIO") or str(PRETRAINED_PORTFOLIO)
+        portfolio = self.portfolios.get(path)
+        if portfolio is None:
+            try:
+                portfolio = self.portfolios[path] = load_portfolio(path)
+            except PortfolioError as e:  # read again by the next compile: the build may mend it
+                raise OptgymError(f"{e} (OPTGYM_CANDIDATES=0 compiles without a portfolio)") from e
+        if family(language) != portfolio.family or not portfolio.applies_to([(s.problem.name, s.spec) for s in served]):
+            return ()
+        return portfolio.first(count)
+
+    def _other_candidates(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: dict[str, str],
+        language: str,
+        candidates: Sequence[Candidate],
+        timeout: float,
+        running: _Running,
+    ) -> dict[str, Any]:
+        """Compile the object each other way of ``candidates`` (the first is the build's own compile, done),
+        each into a hidden sibling that replaces the object when strictly smaller; what was kept, for the reply.
+        A candidate that fails or clashes with the build's flags is passed over: the build's object stands."""
+        output = output_path(argv[1:], cwd)
+        if (why := unguardable(argv[1:])) is not None:
+            return {"candidate": candidates[0].name, "candidate_detail": why}
+        kept, passed_over = candidates[0].name, []
+        served = [(s.problem.name, s.spec) for s in self.deciding(language)]
+        for candidate in candidates[1:]:
+            if running.gone:
+                break
+            if candidate.clashes_with(argv):
+                passed_over.append(candidate.name)
+                continue
+            try:
+                other = sibling(output)
+            except OSError as e:
+                return {"candidate": kept, "candidate_detail": f"no temporary file beside the output: {e}"}
+            try:
+                args = [argv[0], *reference_args(argv[1:], other), *candidate.flags]
+                compiled = self._compile_candidate(candidate, served, args, cwd, env, language, timeout, running)
+                if compiled and not running.gone:
+                    mine, theirs = keep_smaller(output, other)
+                    kept = candidate.name if theirs < mine else kept
+                else:
+                    passed_over.append(candidate.name)
+            except (OSError, ElfError):
+                passed_over.append(candidate.name)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(other)
+        return {"candidate": kept} | ({"candidates_passed_over": passed_over} if passed_over else {})
+
+    def _compile_candidate(
+        self,
+        candidate: Candidate,
+        build: Sequence[tuple[str, str]],
+        args: list[str],
+        cwd: str,
+        env: dict[str, str],
+        language: str,
+        timeout: float,
+        running: _Running,
+    ) -> bool:
+        """One candidate's compile (``args``: the build's command writing the sibling, the candidate's flags),
+        its decisions answered by the build's policies ``build`` with the candidate's in their place; whether
+        it succeeded. Its output goes nowhere."""
+        policies = [] if candidate.is_clang else candidate.compile_policies(build)
+        served = [self._candidate_policy(problem, spec) for problem, spec in policies]
+        served = [s for s in served if decides(s.policy, language)]
+        if not served:  # clang's own compile
+            proc = running.compile = spawn(args, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
+            try:
+                return wait_exit(proc, timeout) == 0
+            finally:
+                kill_group(proc)
+        compile_ = running.compile = InteractiveCompile(
+            lambda *bases: [*args, *problem_flags([s.problem for s in served], bases)],
+            channels=len(served),
+            timeout=timeout,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+        )
+        try:
+            reply = self._drive(compile_, language, None, served)
+        finally:
+            compile_.close()
+        return not reply.get("fallback") and reply["returncode"] == 0
+
+    def _candidate_policy(self, problem: str, spec: str) -> Served:
+        """A candidate's policy for ``problem``: the server's own when it serves that spec, else loaded once."""
+        for served in self.served:
+            if (served.problem.name, served.spec) == (problem, spec):
+                return served
+        with self.lock:
+            if (problem, spec) not in self.candidate_policies:
+                self.candidate_policies[problem, spec] = _load(problem, spec)
+            return self.candidate_policies[problem, spec]
 
     def _view(self, served: Served, header: Header) -> tuple[FeatureView, str | None]:
         """The feature view and fit verdict for ``header``: every compile sends the same header (the
@@ -313,13 +473,14 @@ class Server:
         return (served.problem, served.policy, view, header, warning, served.memo, {})
 
     @staticmethod
-    def _watch(conn: socket.socket, compile_: InteractiveCompile) -> None:
-        """Kill the compile if its launcher goes away (the launcher sends nothing more until then)."""
+    def _watch(conn: socket.socket, running: _Running) -> None:
+        """Kill the running compile if its launcher goes away (the launcher sends nothing more until then), and
+        start no other candidate. A candidate that starts in the instant between the two runs to its end, and
+        its object is not kept."""
         with contextlib.suppress(OSError):
             conn.recv(1)
-        if compile_.outcome is None and compile_.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(compile_.pid, signal.SIGKILL)
+        running.gone = True
+        running.kill()
 
 
 def serve(

@@ -1,0 +1,122 @@
+"""A portfolio: the compiles a build may spend on one object, in order; the smallest object is kept.
+
+Why: for C, every decision channel an unmodified clang-22 opens is nearly spent by the shipped scorers (a
+per-module oracle over ten nearby scorers buys ~0.25 % per channel, README). What is left is per-object
+luck — one object is smaller with another allocator scorer, another with a pass threshold of ``-Oz``'s own
+pipeline — and a build that values bytes over compile time can buy it: compile the object ``N`` ways and
+keep the smallest. Every candidate is a correct program by construction (eviction and priority answers
+are legal choices; the thresholds change how much a pass ``-Oz`` runs anyway does, never switch on a pass
+clang keeps off), and clang's own compile is one of them, so no object grows.
+
+A portfolio file (JSON, ``format`` :data:`FORMAT`) names the language family it decides and its
+candidates, the first being the default build's (``optgym-cc`` compiles it alone unless asked for more):
+``{"name", "policies": {problem: spec}, "flags": [...]}``. A spec is ``pretrained`` (the policy shipped
+for that problem) or a file name relative to the portfolio's directory; a candidate without policies and
+flags is clang's own compile. The shipped portfolio (:data:`PRETRAINED_PORTFOLIO`) was chosen greedily
+on training modules (README, "A portfolio for C").
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optgym.errors import OptgymError
+from optgym.policies import PRETRAINED_DIR
+
+FORMAT = "optgym-portfolio/1"
+PRETRAINED_PORTFOLIO = PRETRAINED_DIR / "portfolio-c.json"
+
+
+class PortfolioError(OptgymError):
+    """A portfolio file that is missing, unreadable or malformed."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to compile an object: a policy per decision problem, and extra clang flags."""
+
+    name: str
+    policies: tuple[tuple[str, str], ...]  # (problem, policy spec), resolved: ``pretrained`` or an absolute path
+    flags: tuple[str, ...] = ()
+
+    @property
+    def is_clang(self) -> bool:
+        """clang's own compile: nothing decided, nothing added."""
+        return not self.policies and not self.flags
+
+    def compile_policies(self, build: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The ``(problem, spec)`` pairs of this candidate's compile in a build whose policies are ``build``:
+        the build's, each replaced by the candidate's for the same problem, then the candidate's others. (clang's
+        own compile, :attr:`is_clang`, has none: the caller compiles it plainly.)"""
+        mine = dict(self.policies)
+        return [(problem, mine.pop(problem, spec)) for problem, spec in build] + list(mine.items())
+
+    def clashes_with(self, args: Sequence[str]) -> bool:
+        """Whether the build's ``args`` set an ``-mllvm`` option this candidate sets too: clang refuses most
+        options given twice ("may only occur zero or one times"), and the build's own value is the build's
+        choice, so such a candidate is not compiled."""
+        return not _mllvm_options(self.flags).isdisjoint(_mllvm_options(args))
+
+
+def _mllvm_options(args: Sequence[str]) -> set[str]:
+    """The names of the ``-mllvm`` options in ``args`` (``-mllvm -x=1`` and ``-mllvm=-x=1`` both give ``-x``)."""
+    values = [b for a, b in itertools.pairwise(args) if a == "-mllvm"]
+    values += [a.removeprefix("-mllvm=") for a in args if a.startswith("-mllvm=")]
+    return {value.split("=", 1)[0] for value in values}
+
+
+@dataclass(frozen=True)
+class Portfolio:
+    family: str  # "C" or "C++": the language family whose compiles the portfolio decides
+    candidates: tuple[Candidate, ...]  # [0]: the default build's compile
+    path: Path
+
+    def applies_to(self, build: Sequence[tuple[str, str]]) -> bool:
+        """Whether a build whose policies are ``build`` compiles with this portfolio: it decides the problems
+        the first candidate names with the first candidate's policies (a build that chose its own, or clang's,
+        allocator gets what it chose)."""
+        chosen = dict(build)
+        return all(chosen.get(problem) == spec for problem, spec in self.candidates[0].policies)
+
+    def first(self, count: int) -> tuple[Candidate, ...]:
+        """The first ``count`` candidates (all of them when ``count`` exceeds the portfolio)."""
+        if count < 1:
+            raise PortfolioError(f"a portfolio compiles at least one candidate, not {count}")
+        return self.candidates[:count]
+
+
+def load_portfolio(path: Path | str = PRETRAINED_PORTFOLIO) -> Portfolio:
+    """Read and check a portfolio file: a clear error naming the file for anything wrong in it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PortfolioError(f"portfolio {path}: unreadable: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PortfolioError(f"portfolio {path}: not an {FORMAT} file")
+    family, entries = data.get("family"), data.get("candidates")
+    if family not in ("C", "C++") or not isinstance(entries, list) or not entries:
+        raise PortfolioError(f"portfolio {path}: needs a family (C or C++) and a non-empty list of candidates")
+    candidates = []
+    for entry in entries:
+        try:
+            name, policies, flags = entry["name"], dict(entry.get("policies", {})), list(entry.get("flags", []))
+        except (TypeError, KeyError, ValueError) as e:
+            raise PortfolioError(f"portfolio {path}: malformed candidate {entry!r}") from e
+        if not all(isinstance(x, str) for x in [name, *policies, *policies.values(), *flags]):
+            raise PortfolioError(f"portfolio {path}: candidate {name!r}: names, specs and flags are strings")
+        resolved = []
+        for problem, spec in sorted(policies.items()):
+            if spec != "pretrained":
+                spec = str(path.parent / spec)
+                if not Path(spec).exists():
+                    raise PortfolioError(f"portfolio {path}: candidate {name!r}: {spec} is missing")
+            resolved.append((problem, spec))
+        candidates.append(Candidate(name, tuple(resolved), tuple(flags)))
+    if len({c.name for c in candidates}) != len(candidates):
+        raise PortfolioError(f"portfolio {path}: candidate names repeat")
+    return Portfolio(family, tuple(candidates), path)

@@ -1,0 +1,257 @@
+"""The shipped portfolio for C: its file, its evaluation (the smallest of N compiles per module) and optgym-cc
+compiling an object N ways with the real clang-22 — the default build's pass threshold included."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import _corpus
+from typer.testing import CliRunner
+
+from optgym.cli import app
+from optgym.evaluate.evaluation import evaluate, evaluate_portfolio
+from optgym.policies import PRETRAINED_DIR
+from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, PortfolioError, load_portfolio
+from optgym.toolchain import object_sizes
+
+CC = str(Path(sys.executable).parent / "optgym-cc")
+CLANG = "/usr/lib/llvm-22/bin/clang"
+
+#: Register pressure (the allocator scorers' decisions), a six-case switch (a jump table at -Oz's four cases,
+#: compare-and-branch from eight) and a two-way phi: candidates of the shipped portfolio differ on it.
+PORTFOLIO_SOURCE = r"""
+extern void use(long, long, long, long, long, long, long, long);
+extern int out(int);
+void pressure(long *a, int n) {
+  long s0 = a[0], s1 = a[1], s2 = a[2], s3 = a[3], s4 = a[4], s5 = a[5], s6 = a[6], s7 = a[7];
+  long s8 = a[8], s9 = a[9], s10 = a[10], s11 = a[11], s12 = a[12], s13 = a[13], s14 = a[14], s15 = a[15];
+  for (int i = 0; i < n; i++) {
+    s0 += s8 * i; s1 ^= s9 + i; s2 -= s10 | i; s3 += s11 ^ s0; s4 *= s12 + 1; s5 += s13 - s1;
+    s6 ^= s14 * s2; s7 += s15 + s3; s8 -= s4; s9 += s5; s10 ^= s6; s11 += s7; s12 -= s0; s13 += s1;
+    s14 ^= s2; s15 += s3;
+    if (s0 & 1) use(s0, s1, s2, s3, s4, s5, s6, s7);
+  }
+  use(s8, s9, s10, s11, s12, s13, s14, s15);
+}
+int dispatch(int op, int x) {
+  switch (op) {
+  case 0: return out(x + 1);
+  case 1: return out(x * 3);
+  case 2: return out(x - 7);
+  case 3: return out(x ^ 5);
+  case 4: return out(x << 2);
+  case 5: return out(x | 9);
+  default: return 0;
+  }
+}
+int pick(int c, int a, int b) { int r; if (c > 3) r = a + b; else r = a - b; return r * 2; }
+"""
+
+
+@pytest.fixture(scope="module")
+def port_corpus(toolchain, tmp_path_factory):
+    return _corpus(toolchain, tmp_path_factory.mktemp("portfolio"), {"port": (".c", PORTFOLIO_SOURCE)})
+
+
+def write(path: Path, data) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile():
+    portfolio = load_portfolio()
+    assert portfolio.family == "C" and len(portfolio.candidates) == 7
+    first = portfolio.candidates[0]
+    assert first.policies == (("regalloc-evict", "pretrained"), ("regalloc-priority", "pretrained"))
+    assert first.flags == ("-mllvm", "-min-jump-table-entries=8")
+    assert [c.name for c in portfolio.candidates if c.is_clang] == ["clang"]
+    assert portfolio.first(2) == portfolio.candidates[:2] and portfolio.first(99) == portfolio.candidates
+    with pytest.raises(PortfolioError, match="at least one"):
+        portfolio.first(0)
+    shipped = {Path(spec) for c in portfolio.candidates for _, spec in c.policies if spec != "pretrained"}
+    assert shipped and all(p.is_file() and p.parent.parent == PRETRAINED_DIR for p in shipped)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (None, "unreadable"),
+        ({"format": "optgym-portfolio/0", "family": "C", "candidates": [{"name": "clang"}]}, "not an"),
+        ({"format": "optgym-portfolio/1", "family": "Rust", "candidates": [{"name": "clang"}]}, "family"),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": []}, "non-empty"),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": [{"flags": []}]}, "malformed candidate"),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": [{"name": "a", "flags": [3]}]}, "strings"),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": [{"name": "a"}, {"name": "a"}]}, "repeat"),
+        (
+            {"format": "optgym-portfolio/1", "family": "C",
+             "candidates": [{"name": "a", "policies": {"regalloc-evict": "gone.onnx"}}]},
+            "gone.onnx is missing",
+        ),
+    ],
+)  # fmt: skip
+def test_a_broken_portfolio_file_is_a_clear_error_naming_it(tmp_path, data, message):
+    path = tmp_path / "p.json"
+    if data is not None:
+        write(path, data)
+    with pytest.raises(PortfolioError, match=message) as error:
+        load_portfolio(path)
+    assert str(path) in str(error.value)
+
+
+def test_a_candidate_clashes_with_a_build_that_sets_the_same_llvm_option():
+    jt8 = Candidate("jt8", (), ("-mllvm", "-min-jump-table-entries=8"))
+    assert jt8.clashes_with(["-Oz", "-mllvm", "-min-jump-table-entries=4", "-c", "x.c"])
+    assert jt8.clashes_with(["-Oz", "-mllvm=-min-jump-table-entries=2"])
+    assert not jt8.clashes_with(["-Oz", "-mllvm", "-enable-shrink-wrap=false", "-c", "x.c"])
+    assert not Candidate("clang", ()).clashes_with(["-mllvm", "-min-jump-table-entries=4"])
+
+
+def test_evaluate_keeps_each_modules_smallest_candidate(port_corpus, tmp_path):
+    """Every candidate evaluated on its own, then the portfolio: each row is the smallest of the first N
+    candidates' objects (clang's among them from N = 2), named in ``detail``; N = 1 is the default build's
+    compile, the shipped scorers with the jump-table threshold — smaller than without it on this source."""
+    portfolio, names = load_portfolio(), ["port"]
+    alone = {}
+    for candidate in portfolio.candidates:
+        if candidate.is_clang:
+            continue
+        (problem, spec), *companions = candidate.policies
+        (row,) = evaluate(spec, port_corpus, problem=problem, modules=names, workers=1, progress=False,
+                          companions=companions, flags=candidate.flags)  # fmt: skip
+        assert row.ok, row.detail
+        alone[candidate.name] = row.policy_text
+    (no_flags,) = evaluate("pretrained", port_corpus, problem="regalloc-evict", modules=names, workers=1,
+                           progress=False, companions=[("regalloc-priority", "pretrained")])  # fmt: skip
+    alone["clang"] = no_flags.heuristic_text
+    assert len(set(alone.values())) > 2, f"the candidates should differ on this source: {alone}"
+    assert alone[portfolio.candidates[0].name] < no_flags.policy_text
+    for count in range(1, len(portfolio.candidates) + 1):
+        (row,) = evaluate_portfolio(port_corpus, portfolio, count, names, workers=1, progress=False)
+        chosen = [c.name for c in portfolio.first(count)]
+        assert row.ok and row.policy_text == min(alone[name] for name in chosen), count
+        assert row.detail in chosen and alone[row.detail] == row.policy_text
+    report = tmp_path / "r"
+    result = CliRunner().invoke(app, ["evaluate", "--corpus", str(port_corpus.root), "--policy", "pretrained",
+                                      "--candidates", "7", "--json", "-o", str(report)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((report / "report.json").read_text())
+    assert summary["policy_text_bytes"] == min(alone.values())
+    assert summary["candidates"]["count"] == 7
+    bad = CliRunner().invoke(app, ["evaluate", "--corpus", str(port_corpus.root), "--candidates", "-1",
+                                   "-o", str(tmp_path / "bad")])  # fmt: skip
+    assert bad.exit_code == 1 and "at least one" in bad.output
+
+
+def run_cc(args, cwd, **env):
+    full = {**os.environ, "OPTGYM_SERVER_IDLE": "5", **env}
+    for name in ("OPTGYM_CANDIDATES", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY", "OPTGYM_GUARD_BELOW"):
+        if name not in env:
+            full.pop(name, None)
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, env=full)
+
+
+def test_optgym_cc_compiles_the_portfolios_candidates_and_keeps_the_smallest(port_corpus, tmp_path):
+    """The default build (no OPTGYM_CANDIDATES) compiles C with the portfolio's first candidate, the guard
+    under 2 kB after it: the object is the first candidate's or clang's, whichever is smaller, as evaluate
+    says. With ``OPTGYM_CANDIDATES=7`` the object is exactly the smallest of the seven, and nothing is left
+    beside it; a build that sets the threshold itself keeps its own value (no option given twice)."""
+    portfolio = load_portfolio()
+    (tmp_path / "port.c").write_text(PORTFOLIO_SOURCE)
+    rows = {count: evaluate_portfolio(port_corpus, portfolio, count, ["port"], workers=1, progress=False)[0]
+            for count in (1, 2, 7)}  # fmt: skip
+    default = run_cc([CC, "-Oz", "-c", "port.c", "-o", "default.o"], tmp_path, OPTGYM_STRICT="1")
+    assert default.returncode == 0, default.stderr
+    assert object_sizes(tmp_path / "default.o").text_bytes == rows[2].policy_text  # 2 kB guard = clang's compile
+    seven = run_cc([CC, "-Oz", "-c", "port.c", "-o", "seven.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_CANDIDATES="7")
+    assert seven.returncode == 0, seven.stderr
+    assert object_sizes(tmp_path / "seven.o").text_bytes == rows[7].policy_text
+    one = run_cc([CC, "-Oz", "-c", "port.c", "-o", "one.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_GUARD_BELOW="0")
+    assert one.returncode == 0, one.stderr
+    assert object_sizes(tmp_path / "one.o").text_bytes == rows[1].policy_text
+    own = ["-Oz", "-mllvm", "-min-jump-table-entries=4", "-c", "port.c"]
+    clash = run_cc([CC, *own, "-o", "own.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_CANDIDATES="7")
+    assert clash.returncode == 0, clash.stderr
+    assert object_sizes(tmp_path / "own.o").text_bytes >= rows[7].policy_text
+    bad = run_cc([CC, "-Oz", "-c", "port.c", "-o", "bad.o"], tmp_path, OPTGYM_CANDIDATES="all")
+    assert bad.returncode == 0 and "OPTGYM_CANDIDATES='all' is not a number of compiles" in bad.stderr
+    plain = subprocess.run([CLANG, "-Oz", "-c", "port.c", "-o", "plain.o"], cwd=tmp_path, check=True)
+    assert plain.returncode == 0 and (tmp_path / "bad.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["port.c", "default.o", "seven.o", "one.o", "own.o", "bad.o", "plain.o"]
+    )
+
+
+def test_other_policies_or_candidates_zero_compile_without_the_portfolio(port_corpus, tmp_path):
+    """The portfolio belongs to the shipped policies: a build that names its own eviction policy, or says
+    ``OPTGYM_CANDIDATES=0``, gets no threshold added — the object a rollout of the policies alone gives."""
+    (tmp_path / "port.c").write_text(PORTFOLIO_SOURCE)
+    (alone,) = evaluate("pretrained", port_corpus, problem="regalloc-evict", modules=["port"], workers=1,
+                        progress=False, companions=[("regalloc-priority", "pretrained")])  # fmt: skip
+    zero = run_cc([CC, "-Oz", "-c", "port.c", "-o", "zero.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_CANDIDATES="0",
+                  OPTGYM_GUARD_BELOW="0")  # fmt: skip
+    assert zero.returncode == 0, zero.stderr
+    assert object_sizes(tmp_path / "zero.o").text_bytes == alone.policy_text
+    named = run_cc([CC, "-Oz", "-c", "port.c", "-o", "named.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_GUARD_BELOW="0",
+                   OPTGYM_EVICT_POLICY=str(PRETRAINED_DIR / "regalloc-evict.onnx"), OPTGYM_CANDIDATES="7")  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    assert object_sizes(tmp_path / "named.o").text_bytes == alone.policy_text
+    assert PRETRAINED_PORTFOLIO.is_file()
+
+
+def test_a_later_candidate_wins_and_a_failing_one_is_passed_over(port_corpus, tmp_path):
+    """``OPTGYM_PORTFOLIO``: a portfolio whose first candidate (the shipped scorers without the threshold) is
+    beaten by its third (with it), the second failing in clang (an option clang does not know): optgym-cc
+    keeps the third's object — exactly what ``evaluate --portfolio`` reports — and only the first's when asked
+    for two compiles; the failed compile leaves no file, and the build never sees its error."""
+    shipped = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
+    portfolio_file = write(tmp_path / "mine.json", {"format": "optgym-portfolio/1", "family": "C", "candidates": [
+        {"name": "shipped", "policies": shipped},
+        {"name": "broken", "policies": shipped, "flags": ["-mllvm", "-no-such-option-in-clang=1"]},
+        {"name": "jt8", "policies": shipped, "flags": ["-mllvm", "-min-jump-table-entries=8"]},
+    ]})  # fmt: skip
+    portfolio = load_portfolio(portfolio_file)
+    rows = {n: evaluate_portfolio(port_corpus, portfolio, n, ["port"], workers=1, progress=False)[0] for n in (2, 3)}
+    assert rows[3].detail == "jt8" and rows[3].policy_text < rows[2].policy_text and rows[2].detail == "shipped"
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "port.c").write_text(PORTFOLIO_SOURCE)
+    env = {"OPTGYM_STRICT": "1", "OPTGYM_GUARD_BELOW": "0", "OPTGYM_PORTFOLIO": str(portfolio_file)}
+    for n in (2, 3):
+        out = run_cc([CC, "-Oz", "-c", "port.c", "-o", f"{n}.o"], build, OPTGYM_CANDIDATES=str(n), **env)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+        assert object_sizes(build / f"{n}.o").text_bytes == rows[n].policy_text, n
+    assert sorted(p.name for p in build.iterdir()) == ["2.o", "3.o", "port.c"]
+    report = tmp_path / "r"
+    args = ["--candidates", "3", "--portfolio", str(portfolio_file), "-o", str(report)]
+    result = CliRunner().invoke(app, ["evaluate", "--corpus", str(port_corpus.root), "--policy", "pretrained", *args])
+    assert result.exit_code == 0, result.output
+    assert json.loads((report / "report.json").read_text())["policy_text_bytes"] == rows[3].policy_text
+    write(tmp_path / "broken.json", {"format": "optgym-portfolio/1"})
+    broken = run_cc([CC, "-Oz", "-c", "port.c", "-o", "b.o"], build, OPTGYM_PORTFOLIO=str(tmp_path / "broken.json"))
+    assert broken.returncode == 0 and "broken.json" in broken.stderr and "OPTGYM_CANDIDATES=0" in broken.stderr
+
+
+def test_a_launcher_gone_stops_the_candidates_and_kills_the_running_compile(tmp_path):
+    """The build was interrupted: no other candidate starts and the object is left as it is, with nothing
+    beside it; the compile running at that moment (here a stand-in that would run 30 s) is killed and reaped."""
+    from optgym.serve.server import Server, _Running
+    from optgym.toolchain.process import spawn
+
+    (tmp_path / "port.c").write_text(PORTFOLIO_SOURCE)
+    argv = [CLANG, "-Oz", "-c", "port.c", "-o", "port.o"]
+    subprocess.run(argv, cwd=tmp_path, check=True)
+    before = (tmp_path / "port.o").read_bytes()
+    server = Server("pretrained", "regalloc-evict", [("regalloc-priority", "pretrained")])
+    candidates = load_portfolio().candidates
+    reply = server._other_candidates(argv, str(tmp_path), dict(os.environ), "c", candidates, 60, _Running(gone=True))
+    assert reply == {"candidate": candidates[0].name}
+    assert (tmp_path / "port.o").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["port.c", "port.o"]
+    running = _Running(spawn(["sleep", "30"]))
+    running.kill()
+    assert running.compile.returncode is not None

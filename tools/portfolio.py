@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Choose a portfolio for C on training modules; measure a portfolio on any corpus.
+
+    .venv/bin/python tools/portfolio.py choose CORPUS -o DIR [--size 7] [-j 2]
+    .venv/bin/python tools/portfolio.py measure CORPUS [--split test] [--portfolio FILE] [-j 2]
+
+Why: every channel of an unmodified clang-22 is nearly spent for C by the shipped allocator scorers, but
+which of a few nearby ways compiles a given object smallest is per-object luck a build can buy with
+compile time (``OPTGYM_CANDIDATES``; :mod:`optgym.policies.portfolio`). ``choose`` writes the portfolio
+that ships, from training modules only:
+
+1. the pool: the shipped scorer pair; the pair with each of ``tools/levers.py``'s pass thresholds (passes
+   ``-Oz`` runs anyway); eight seeded perturbations of the shipped eviction scorer (each weight plus
+   0.3 · mean |w| · N(0, 1), seed 26) and eight of the priority scorer (0.1 · N(0, 1), the bias's ten times
+   that, seed 27), each with the other shipped scorer;
+2. every pool entry compiles the fixed training sample (the corpus's C training modules by name, every 7th
+   from the 4th: 404 modules on the training corpus; evaluate's cache makes a second run instant);
+3. the first candidate is the entry smallest in total on its own (the default build compiles it alone);
+   clang's own compile is the second (no object grows from two compiles on); then, greedily, the entry that
+   most lowers the sample's total when each module keeps its smallest object — until ``--size`` compiles or
+   an entry that saves nothing.
+
+``DIR`` receives ``portfolio-c.json``, the chosen perturbed scorers (ONNX) under ``portfolio-c/`` and the
+sample's figures, for ``src/optgym/policies/pretrained/``. ``measure`` prints, for a portfolio (default:
+the shipped one), the total against clang's ``-Oz`` of every prefix of its candidates on a corpus's C
+modules — the figures of the README's portfolio table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from optgym.corpus import Corpus
+from optgym.evaluate.evaluation import ModuleRow, evaluate, evaluate_portfolio
+from optgym.policies import pretrained_path
+from optgym.policies.embedded import load_embedded
+from optgym.policies.export import export_policy
+from optgym.policies.portfolio import FORMAT, PRETRAINED_PORTFOLIO, load_portfolio
+from optgym.policies.scorer import CandidateScorer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from levers import THRESHOLDS  # tools/ is not a package: the thresholds tools/levers.py measures
+
+SHIPPED = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
+#: The policies of a default optgym-cc build (the inliner's channel is open in C compiles too, answering
+#: clang's decisions there): measured with them, so the figures and ``optgym evaluate``'s share one cache.
+BUILD = [("inline-size", "pretrained"), *SHIPPED.items()]
+#: (problem, seed, scale of the noise, scale of the bias's noise, relative to mean |w|?) per perturbed scorer
+PERTURBATIONS = {"regalloc-evict": (26, 0.3, True), "regalloc-priority": (27, 0.1, False)}
+VARIANTS = 8
+
+
+def perturbed(problem: str, directory: Path) -> list[Path]:
+    """Eight seeded perturbations of the shipped scorer for ``problem``, saved under ``directory``."""
+    seed, sigma, relative = PERTURBATIONS[problem]
+    shipped = load_embedded(pretrained_path(problem))
+    assert isinstance(shipped, CandidateScorer)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(VARIANTS):
+        theta = shipped.parameters()
+        if relative:
+            noise = sigma * np.abs(theta).mean() * rng.standard_normal(theta.size)
+        else:
+            noise = sigma * rng.standard_normal(theta.size)
+            noise[-1] *= 10  # the log-linear scorer's bias lives on another scale (~13.6)
+        paths.append(shipped.with_parameters(theta + noise).save(directory / f"{problem}-{i}"))
+    return paths
+
+
+def pool(directory: Path) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
+    """Every entry: name → (policies by problem, extra clang flags)."""
+    entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {"shipped scorers": (SHIPPED, ())}
+    for name, flags in THRESHOLDS.items():
+        entries[f"shipped scorers, {name}"] = (SHIPPED, flags)
+    for problem in PERTURBATIONS:
+        short = problem.removeprefix("regalloc-")
+        for i, path in enumerate(perturbed(problem, directory)):
+            entries[f"{short} scorer {short[0]}{i}"] = ({**SHIPPED, problem: str(path)}, ())
+    return entries
+
+
+def sizes(corpus: Corpus, modules: list[str], policies: dict[str, str], flags, workers) -> dict[str, ModuleRow]:
+    (problem, spec), *companions = policies.items()
+    rows = evaluate(spec, corpus, problem=problem, modules=modules, workers=workers, companions=companions,
+                    flags=flags, progress=True)  # fmt: skip
+    return {row.module: row for row in rows}
+
+
+def choose(args: argparse.Namespace) -> int:
+    corpus = Corpus(args.corpus, split="train")
+    sample = sorted(m.name for m in corpus if m.family == "C")[3::7]
+    if not sample:
+        sys.exit(f"{args.corpus} has no C training modules")
+    out = args.output
+    entries = pool(out / "pool")
+    table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
+    ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
+    clang = {m: table["shipped scorers"][m].heuristic_text for m in ok}
+    base = sum(clang.values())
+
+    def total(chosen: list[str]) -> int:
+        return sum(min([clang[m], *(table[name][m].policy_text for name in chosen)]) for m in ok)
+
+    first = min(entries, key=lambda name: sum(table[name][m].policy_text for m in ok))
+    chosen, figures = [first], [{"candidate": first, "alone": sum(table[first][m].policy_text for m in ok) / base}]
+    figures.append({"candidate": "clang", "best_of": total(chosen) / base})
+    while len(chosen) + 1 < args.size:
+        pick = min((n for n in entries if n not in chosen), key=lambda n: total([*chosen, n]))
+        if total([*chosen, pick]) >= total(chosen):
+            break
+        chosen.append(pick)
+        figures.append({"candidate": pick, "best_of": total(chosen) / base})
+    for line in figures:
+        print(f"{line['candidate']:<50} {line.get('alone', line.get('best_of')):.4f}")
+    candidates, files = [], out / "portfolio-c"
+    files.mkdir(parents=True, exist_ok=True)
+    for name in [first, "clang", *chosen[1:]]:
+        if name == "clang":
+            candidates.append({"name": "clang"})
+            continue
+        policies, flags = entries[name]
+        spec = {}
+        for problem, policy in policies.items():
+            if policy != "pretrained":
+                target = files / f"{Path(policy).name}.onnx"
+                export_policy(Path(policy), target)
+                policy = f"portfolio-c/{target.name}"
+            spec[problem] = policy
+        candidates.append({"name": name, "policies": spec, **({"flags": list(flags)} if flags else {})})
+    portfolio = {"format": FORMAT, "family": "C", "candidates": candidates,
+                 "chosen_on": {"corpus": str(args.corpus), "split": "train", "modules": len(ok),
+                               "clang_text_bytes": base, "figures": figures}}  # fmt: skip
+    (out / "portfolio-c.json").write_text(json.dumps(portfolio, indent=1) + "\n")
+    print(f"{out / 'portfolio-c.json'}: {len(candidates)} candidates, training sample {total(chosen) / base:.4f}")
+    return 0
+
+
+def measure(args: argparse.Namespace) -> int:
+    corpus = Corpus(args.corpus, split=None if args.split == "all" else args.split)
+    portfolio = load_portfolio(args.portfolio)
+    modules = sorted(m.name for m in corpus if m.family == portfolio.family)
+    if not modules:
+        sys.exit(f"{args.corpus} has no {portfolio.family} modules on the {args.split} side")
+    print(f"{args.corpus} ({args.split}), {len(modules)} {portfolio.family} modules; portfolio {args.portfolio}")
+    for count in range(1, len(portfolio.candidates) + 1):
+        rows = evaluate_portfolio(corpus, portfolio, count, modules, policies=BUILD, workers=args.workers)
+        rows = [r for r in rows if r.ok]
+        clang = sum(r.heuristic_text or 0 for r in rows)
+        text = sum(r.policy_text or 0 for r in rows)
+        worse = sum(r.ratio > 1.01 for r in rows if r.ratio)
+        name = portfolio.candidates[count - 1].name
+        print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    c = commands.add_parser("choose", help="choose a portfolio on the training sample")
+    c.add_argument("corpus", type=Path)
+    c.add_argument("-o", "--output", type=Path, required=True)
+    c.add_argument("--size", type=int, default=7, help="compiles at most, clang's own included")
+    c.add_argument("-j", "--workers", type=int, default=None)
+    m = commands.add_parser("measure", help="every prefix of a portfolio on a corpus's modules")
+    m.add_argument("corpus", type=Path)
+    m.add_argument("--split", default="all", help="train | test | all")
+    m.add_argument("--portfolio", type=Path, default=PRETRAINED_PORTFOLIO)
+    m.add_argument("-j", "--workers", type=int, default=None)
+    args = parser.parse_args()
+    return choose(args) if args.command == "choose" else measure(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
