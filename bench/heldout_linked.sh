@@ -9,7 +9,12 @@
 #   LTO=thin bench/heldout_linked.sh …        both sides with -flto=thin and lld (LTO=full: -flto=full), the
 #                                             optgym side with OPTGYM_SERVE_LTO=1: the policy decides the compile
 #                                             steps' inlining, the link's own inliner stays clang's
+#   OPTGYM_CANDIDATES=7 bench/heldout_linked.sh …  the optgym side compiles each C object seven ways (the shipped
+#                                             portfolio), the smallest kept
+#   TEST=1 bench/heldout_linked.sh …          then runs the project's ctest suite in both builds: a test that
+#                                             fails only in the optgym build is a compiler bug, and exit 1
 set -euo pipefail
+declare -A result
 src=$(realpath "$1"); work=${2:-$PWD}; name=$(basename "$src"); mkdir -p "$work"
 lto=${LTO:+-flto=$LTO}; link=${LTO:+-fuse-ld=lld $lto}
 bin=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../.venv/bin
@@ -30,3 +35,16 @@ done
 for field in text code; do
   "$bin/optgym" compare-sizes "$work/build-$name-plain" "$work/build-$name-optgym" --field "$field"
 done
+if [ -n "${TEST:-}" ]; then
+  for variant in plain optgym; do
+    if ctest --test-dir "$work/build-$name-$variant" -j 2 >"$work/build-$name-$variant.ctest.log" 2>&1; then
+      result[$variant]=passed
+    else
+      result[$variant]=failed
+    fi
+    echo "$name $variant: ctest ${result[$variant]}: $(grep -E 'tests passed' "$work/build-$name-$variant.ctest.log")"
+  done
+  if [ "${result[optgym]}" = failed ] && [ "${result[plain]}" = passed ]; then
+    echo "$name: a test fails only in the optgym build: a COMPILER BUG to report (see the .ctest.log files)"; exit 1
+  fi
+fi

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from optgym.corpus import Corpus
-from optgym.evaluate.evaluation import ModuleRow, evaluate, evaluate_portfolio
+from optgym.evaluate.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio
 from optgym.policies import pretrained_path
 from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
@@ -134,7 +134,8 @@ def choose(args: argparse.Namespace) -> int:
             spec[problem] = policy
         candidates.append({"name": name, "policies": spec, **({"flags": list(flags)} if flags else {})})
     portfolio = {"format": FORMAT, "family": "C", "candidates": candidates,
-                 "chosen_on": {"corpus": str(args.corpus), "split": "train", "modules": len(ok),
+                 "chosen_on": {"command": " ".join(["tools/portfolio.py", *sys.argv[1:]]), "corpus": str(args.corpus),
+                               "split": "train", "modules": len(ok),
                                "clang_text_bytes": base, "figures": figures}}  # fmt: skip
     (out / "portfolio-c.json").write_text(json.dumps(portfolio, indent=1) + "\n")
     print(f"{out / 'portfolio-c.json'}: {len(candidates)} candidates, training sample {total(chosen) / base:.4f}")
@@ -156,6 +157,13 @@ def measure(args: argparse.Namespace) -> int:
         worse = sum(r.ratio > 1.01 for r in rows if r.ratio)
         name = portfolio.candidates[count - 1].name
         print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse")
+        if count == 1:  # what optgym-cc builds by default: objects under 2 kB guarded by clang's own compile
+            guarded = [r.guarded_below(GUARD_BELOW) for r in rows]
+            worse = sum(g > 1.01 * (r.heuristic_text or 0) for g, r in zip(guarded, rows, strict=True))
+            print(
+                f"  as optgym-cc builds by default (guarded below {GUARD_BELOW} B): {sum(guarded) / clang:.4f}, "
+                f"{worse} > 1 % worse"
+            )
     return 0
 
 

@@ -48,6 +48,8 @@ from optgym.train.threshold import summary_figures
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
 UNSEEN = "unseen_packages_with_shipped_policies"
+#: How many of the shipped portfolio's candidates compile each C module in those figures: optgym-cc's default.
+DEFAULT_CANDIDATES = 1
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
            "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio", "guarded_below_ratio",
            "guarded_below_over_1pct")  # fmt: skip
@@ -191,15 +193,17 @@ def shipped_scorers() -> list[str]:
 
 def unseen_figures(path: Path, beside: list[str], workers: int | None) -> dict:
     """Every shipped policy together (the inliner and ``beside``) on a corpus of packages outside the
-    training list, per language, with the packages and their versions."""
+    training list, per language, with the packages and their versions: C compiled as ``optgym-cc`` compiles it
+    by default, by the shipped portfolio's first candidate (the scorers and its pass threshold)."""
     corpus = Corpus(path)
-    rows = evaluate("pretrained", corpus, workers=workers, progress=True,
+    rows = evaluate("pretrained", corpus, workers=workers, progress=True, candidates=DEFAULT_CANDIDATES,
                     companions=[(p, "pretrained") for p in beside])  # fmt: skip
     packages = corpus.description["optgym"].get("packages", {})
     return {
         "corpus": path.resolve().name,
         "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "with": ["inline-size", *beside],
+        "candidates": DEFAULT_CANDIDATES,  # of the shipped portfolio, for C (optgym-cc's OPTGYM_CANDIDATES)
         "packages": {p: v.get("version") for p, v in sorted(packages.items())},
         **by_language(rows, corpus),
     }
