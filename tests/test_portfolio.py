@@ -3,6 +3,7 @@ compiling an object N ways with the real clang-22 — the default build's pass t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -255,3 +256,27 @@ def test_a_launcher_gone_stops_the_candidates_and_kills_the_running_compile(tmp_
     running = _Running(spawn(["sleep", "30"]))
     running.kill()
     assert running.compile.returncode is not None
+
+
+def test_tools_portfolio_measure_records_every_prefix_in_the_portfolio_file(port_corpus, tmp_path):
+    """``tools/portfolio.py measure --record``: one entry per corpus in the file, every prefix's total — never
+    larger as candidates are added, the last one what ``evaluate_portfolio`` keeps — and the file still loads."""
+    mine = tmp_path / "portfolio-c.json"
+    data = json.loads(PRETRAINED_PORTFOLIO.read_text())
+    for candidate in data["candidates"]:  # the copy names the shipped scorer files by absolute path
+        candidate["policies"] = {p: s if s == "pretrained" else str(PRETRAINED_DIR / s)
+                                 for p, s in candidate.get("policies", {}).items()}  # fmt: skip
+    data.pop("measured", None)
+    write(mine, data)
+    tool = Path(__file__).resolve().parents[1] / "tools" / "portfolio.py"
+    for _ in range(2):  # measured again: the entry is replaced
+        out = subprocess.run([sys.executable, str(tool), "measure", str(port_corpus.root), "--portfolio", str(mine),
+                              "--record", "-j", "1"], capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    recorded = json.loads(mine.read_text())["measured"]
+    (entry,) = recorded.values()
+    totals = [p["total_ratio"] for p in entry["prefixes"]]
+    assert [p["compiles"] for p in entry["prefixes"]] == list(range(1, 8)) and entry["packages"] == ["port"]
+    assert all(b <= a for a, b in itertools.pairwise(totals))
+    (row,) = evaluate_portfolio(port_corpus, load_portfolio(mine), 7, ["port"], workers=1, progress=False)
+    assert totals[-1] == row.policy_text / row.heuristic_text

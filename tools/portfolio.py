@@ -149,6 +149,7 @@ def measure(args: argparse.Namespace) -> int:
     if not modules:
         sys.exit(f"{args.corpus} has no {portfolio.family} modules on the {args.split} side")
     print(f"{args.corpus} ({args.split}), {len(modules)} {portfolio.family} modules; portfolio {args.portfolio}")
+    figures: list[dict] = []
     for count in range(1, len(portfolio.candidates) + 1):
         rows = evaluate_portfolio(corpus, portfolio, count, modules, policies=BUILD, workers=args.workers)
         rows = [r for r in rows if r.ok]
@@ -157,13 +158,22 @@ def measure(args: argparse.Namespace) -> int:
         worse = sum(r.ratio > 1.01 for r in rows if r.ratio)
         name = portfolio.candidates[count - 1].name
         print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse")
+        figures.append({"compiles": count, "total_ratio": text / clang, "over_1pct": worse, "modules": len(rows)})
         if count == 1:  # what optgym-cc builds by default: objects under 2 kB guarded by clang's own compile
             guarded = [r.guarded_below(GUARD_BELOW) for r in rows]
             worse = sum(g > 1.01 * (r.heuristic_text or 0) for g, r in zip(guarded, rows, strict=True))
-            print(
-                f"  as optgym-cc builds by default (guarded below {GUARD_BELOW} B): {sum(guarded) / clang:.4f}, "
-                f"{worse} > 1 % worse"
-            )
+            print(f"  as optgym-cc builds by default (guarded below {GUARD_BELOW} B): {sum(guarded) / clang:.4f}, "
+                  f"{worse} > 1 % worse")  # fmt: skip
+            figures[-1] |= {"guarded_below_ratio": sum(guarded) / clang, "guarded_below_over_1pct": worse}
+    if args.record:  # into the portfolio file itself: one entry per corpus and split, replaced when measured again
+        data = json.loads(args.portfolio.read_text())
+        key = f"{args.corpus.resolve().name} ({args.split})"
+        packages = sorted({name.split("/", 1)[0] for name in modules})  # module names start with their package
+        data.setdefault("measured", {})[key] = {"clang_text_bytes": clang, "packages": packages, "prefixes": figures}
+        tmp = args.portfolio.with_name(f".{args.portfolio.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(args.portfolio)
+        print(f"recorded in {args.portfolio} under {key!r}")
     return 0
 
 
@@ -179,6 +189,7 @@ def main() -> int:
     m.add_argument("corpus", type=Path)
     m.add_argument("--split", default="all", help="train | test | all")
     m.add_argument("--portfolio", type=Path, default=PRETRAINED_PORTFOLIO)
+    m.add_argument("--record", action="store_true", help="write the figures into the portfolio file too")
     m.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
     return choose(args) if args.command == "choose" else measure(args)
