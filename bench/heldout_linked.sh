@@ -11,6 +11,7 @@
 #                                             steps' inlining, the link's own inliner stays clang's
 #   OPTGYM_CANDIDATES=7 bench/heldout_linked.sh …  the optgym side compiles each C object seven ways (the shipped
 #                                             portfolio), the smallest kept
+#   CMAKE_ARGS="-DDISABLE_WERROR=ON" bench/…  more configure arguments for both builds (json-c's -Werror)
 #   TEST=1 bench/heldout_linked.sh …          then runs the project's ctest suite in both builds: a test that
 #                                             fails only in the optgym build is a compiler bug, and exit 1
 set -euo pipefail
@@ -28,7 +29,7 @@ for variant in plain optgym; do
    cmake -S "$src" -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
      -DCMAKE_BUILD_TYPE=MinSizeRel -DCMAKE_C_FLAGS_MINSIZEREL="-Oz -DNDEBUG $lto" -DCMAKE_CXX_FLAGS_MINSIZEREL="-Oz -DNDEBUG $lto" \
      -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link" -DCMAKE_MODULE_LINKER_FLAGS="$link" \
-     -DCMAKE_AR=$llvm/llvm-ar -DCMAKE_RANLIB=$llvm/llvm-ranlib >"$build.log" 2>&1
+     -DCMAKE_AR=$llvm/llvm-ar -DCMAKE_RANLIB=$llvm/llvm-ranlib ${CMAKE_ARGS:-} >"$build.log" 2>&1
    cmake --build "$build" -j 2 >>"$build.log" 2>&1) || { echo "$name: the $variant build failed, see $build.log"; exit 1; }
   echo "$name $variant: built in $((SECONDS - start)) s"
 done
