@@ -280,3 +280,21 @@ def test_tools_portfolio_measure_records_every_prefix_in_the_portfolio_file(port
     assert all(b <= a for a, b in itertools.pairwise(totals))
     (row,) = evaluate_portfolio(port_corpus, load_portfolio(mine), 7, ["port"], workers=1, progress=False)
     assert totals[-1] == row.policy_text / row.heuristic_text
+
+
+def test_a_candidate_whose_policy_does_not_load_is_passed_over(port_corpus, tmp_path):
+    """A portfolio naming a damaged scorer file: that candidate's compile never starts, the build's own object
+    stands (the shipped scorers', byte for byte what ``OPTGYM_CANDIDATES=1`` makes), with nothing on stderr."""
+    (tmp_path / "damaged.onnx").write_bytes(b"\x08\x07not a model")
+    shipped = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
+    portfolio_file = write(tmp_path / "mine.json", {"format": "optgym-portfolio/1", "family": "C", "candidates": [
+        {"name": "shipped", "policies": shipped},
+        {"name": "damaged", "policies": {**shipped, "regalloc-evict": "damaged.onnx"}},
+    ]})  # fmt: skip
+    (tmp_path / "port.c").write_text(PORTFOLIO_SOURCE)
+    env = {"OPTGYM_STRICT": "1", "OPTGYM_GUARD_BELOW": "0", "OPTGYM_PORTFOLIO": str(portfolio_file)}
+    for n in ("1", "2"):
+        out = run_cc([CC, "-Oz", "-c", "port.c", "-o", f"{n}.o"], tmp_path, OPTGYM_CANDIDATES=n, **env)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert (tmp_path / "2.o").read_bytes() == (tmp_path / "1.o").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1.o", "2.o", "damaged.onnx", "mine.json", "port.c"]

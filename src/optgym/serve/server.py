@@ -29,8 +29,8 @@ A compile of the shipped portfolio's language (C) with the shipped policies is t
 (:mod:`optgym.policies.portfolio`; ``OPTGYM_PORTFOLIO=FILE``: another one): its first candidate's flags
 join the compile, and with ``OPTGYM_CANDIDATES=N`` (default 1; ``0``: no portfolio) the object is then
 compiled the next ``N - 1`` ways too, one after the other, each into a hidden sibling, and the smallest
-object is kept. Sequential on
-purpose: a parallel build already keeps every core busy with other objects' compiles.
+object is kept. Sequential on purpose: a parallel build already keeps every core busy with other objects'
+compiles.
 
 A launcher that disappears (the build was interrupted) has its compile killed at once; the server
 exits after ``--idle`` seconds without a connection.
@@ -73,7 +73,6 @@ from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
-from optgym.toolchain.sizes import ElfError
 
 MAX_REQUEST = 1 << 20
 #: Decision points remembered (~0.5 KB each): a C++ build meets the same call site — same features, same
@@ -267,8 +266,9 @@ class Server:
             cwd=cwd,
             env=env,
         )
-        guarded = len(candidates) < 2 and (env.get("OPTGYM_GUARD") == "1" or below is not None)  # else: clang's
-        guard = Guard(argv, cwd, env, below) if guarded else None  # compile is the portfolio's second candidate
+        # clang's own compile among the candidates is the guard already
+        guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
+        guard = Guard(argv, cwd, env, below) if guarded else None
         running = _Running(compile_)
         try:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
@@ -340,7 +340,7 @@ class Server:
                     kept = candidate.name if theirs < mine else kept
                 else:
                     passed_over.append(candidate.name)
-            except (OSError, ElfError):
+            except Exception:  # a candidate's failure, a policy bug too, never costs the build its object
                 passed_over.append(candidate.name)
             finally:
                 with contextlib.suppress(FileNotFoundError):
@@ -389,10 +389,10 @@ class Server:
         for served in self.served:
             if (served.problem.name, served.spec) == (problem, spec):
                 return served
-        with self.lock:
-            if (problem, spec) not in self.candidate_policies:
-                self.candidate_policies[problem, spec] = _load(problem, spec)
-            return self.candidate_policies[problem, spec]
+        loaded = self.candidate_policies.get((problem, spec))
+        if loaded is None:  # two compiles may both load it: the first one kept serves both from then on
+            loaded = self.candidate_policies.setdefault((problem, spec), _load(problem, spec))
+        return loaded
 
     def _view(self, served: Served, header: Header) -> tuple[FeatureView, str | None]:
         """The feature view and fit verdict for ``header``: every compile sends the same header (the
