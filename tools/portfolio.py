@@ -47,6 +47,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from levers import THRESHOLDS  # tools/ is not a package: the thresholds tools/levers.py measures
 
 SHIPPED = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
+#: ``--wide``: more options of passes ``-Oz`` runs anyway (thresholds, or one such pass skipped), each checked to
+#: be known to clang-22; none switches on a pass clang keeps off.
+MORE_THRESHOLDS: dict[str, tuple[str, ...]] = {
+    name: ("-mllvm", option)
+    for name, option in {
+        "no common-code hoisting in simplifycfg": "-simplifycfg-hoist-common=false",
+        "no common-code sinking in simplifycfg": "-simplifycfg-sink-common=false",
+        "common-code hoisting in every simplifycfg": "-hoist-common-insts=true",
+        "common-code sinking in every simplifycfg": "-sink-common-insts=true",
+        "tail duplication up to 1 instruction": "-tail-dup-size=1",
+        "tail duplication up to 4 instructions": "-tail-dup-size=4",
+        "no bonus instructions in branch folding": "-bonus-inst-threshold=0",
+        "2 bonus instructions in branch folding": "-bonus-inst-threshold=2",
+        "phi folding threshold 1": "-phi-node-folding-threshold=1",
+        "two-entry phi folding threshold 2": "-two-entry-phi-node-folding-threshold=2",
+        "callee-saved register cost 5": "-regalloc-csr-first-time-cost=5",
+        "callee-saved register cost 20": "-regalloc-csr-first-time-cost=20",
+        "no loop strength reduction": "-disable-lsr",
+        "loop strength reduction by registers, not instructions": "-lsr-insns-cost=false",
+        "no loop-rotation header copies": "-rotation-max-header-size=0",
+        "no critical-edge splitting in machine sinking": "-machine-sink-split=false",
+        "no tail merging": "-enable-tail-merge=false",
+        "tail merge from 4 instructions": "-tail-merge-size=4",
+        "no speculation in simplifycfg": "-max-speculation-depth=0",
+        "no loop-simplifycfg terminator folding": "-enable-loop-simplifycfg-term-folding=false",
+        "no block placement": "-disable-block-placement",
+        "licm use-scan limit 0": "-licm-max-num-uses-traversed=0",
+        "no machine scheduler": "-enable-misched=false",
+        "no post-RA scheduler": "-enable-post-misched=false",
+        "jump threading threshold 0": "-jump-threading-threshold=0",
+    }.items()
+}
 #: The policies of a default optgym-cc build (the inliner's channel is open in C compiles too, answering
 #: clang's decisions there): measured with them, so the figures and ``optgym evaluate``'s share one cache.
 BUILD = [("inline-size", "pretrained"), *SHIPPED.items()]
@@ -73,10 +105,10 @@ def perturbed(problem: str, directory: Path) -> list[Path]:
     return paths
 
 
-def pool(directory: Path) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
+def pool(directory: Path, wide: bool = False) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
     """Every entry: name → (policies by problem, extra clang flags)."""
     entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {"shipped scorers": (SHIPPED, ())}
-    for name, flags in THRESHOLDS.items():
+    for name, flags in {**THRESHOLDS, **(MORE_THRESHOLDS if wide else {})}.items():
         entries[f"shipped scorers, {name}"] = (SHIPPED, flags)
     for problem in PERTURBATIONS:
         short = problem.removeprefix("regalloc-")
@@ -98,7 +130,7 @@ def choose(args: argparse.Namespace) -> int:
     if not sample:
         sys.exit(f"{args.corpus} has no C training modules")
     out = args.output
-    entries = pool(out / "pool")
+    entries = pool(out / "pool", args.wide)
     table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
     ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
     clang = {m: table["shipped scorers"][m].heuristic_text for m in ok}
@@ -184,6 +216,7 @@ def main() -> int:
     c.add_argument("corpus", type=Path)
     c.add_argument("-o", "--output", type=Path, required=True)
     c.add_argument("--size", type=int, default=7, help="compiles at most, clang's own included")
+    c.add_argument("--wide", action="store_true", help="more pass options in the pool (MORE_THRESHOLDS)")
     c.add_argument("-j", "--workers", type=int, default=None)
     m = commands.add_parser("measure", help="every prefix of a portfolio on a corpus's modules")
     m.add_argument("corpus", type=Path)
