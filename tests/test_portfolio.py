@@ -145,6 +145,14 @@ def test_evaluate_keeps_each_modules_smallest_candidate(port_corpus, tmp_path):
     bad = CliRunner().invoke(app, ["evaluate", "--corpus", str(port_corpus.root), "--candidates", "-1",
                                    "-o", str(tmp_path / "bad")])  # fmt: skip
     assert bad.exit_code == 1 and "at least one" in bad.output
+    # naming the portfolio's own policies changes nothing; another eviction policy is not this portfolio's build
+    base = ["evaluate", "--corpus", str(port_corpus.root), "--policy", "pretrained", "--candidates", every]
+    same = CliRunner().invoke(app, [*base, "--with", "regalloc-evict=pretrained", "-o", str(tmp_path / "same")])
+    assert same.exit_code == 0, same.output
+    assert json.loads((tmp_path / "same" / "report.json").read_text())["policy_text_bytes"] == min(alone.values())
+    other = str(PRETRAINED_DIR / "regalloc-evict.onnx")
+    mixed = CliRunner().invoke(app, [*base, "--with", f"regalloc-evict={other}", "-o", str(tmp_path / "mixed")])
+    assert mixed.exit_code == 1 and "without another policy for regalloc-evict" in mixed.output
 
 
 def run_cc(args, cwd, **env):

@@ -82,7 +82,8 @@ MORE_THRESHOLDS: dict[str, tuple[str, ...]] = {
 #: The policies of a default optgym-cc build (the inliner's channel is open in C compiles too, answering
 #: clang's decisions there): measured with them, so the figures and ``optgym evaluate``'s share one cache.
 BUILD = [("inline-size", "pretrained"), *SHIPPED.items()]
-#: (problem, seed, scale of the noise, scale of the bias's noise, relative to mean |w|?) per perturbed scorer
+#: per scorer perturbed: (seed, σ, whether σ is relative to the mean |weight|); the log-linear scorer's bias
+#: gets ten times its σ (see ``perturbed``)
 PERTURBATIONS = {"regalloc-evict": (26, 0.3, True), "regalloc-priority": (27, 0.1, False)}
 VARIANTS = 8
 

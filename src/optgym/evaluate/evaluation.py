@@ -239,13 +239,13 @@ def evaluate(
         portfolio = portfolio or load_portfolio()
         mine = {n for n in names if corpus.module(n).family == portfolio.family}
         common = {"workers": workers, "timeout": timeout, "progress": progress}
-        build = [(problem, policy), *companions]
-        if not portfolio.applies_to([(get_problem(name).name, spec) for name, spec in build]):
-            # only a problem the first candidate names, decided by another policy, stops it: fill the rest in
-            named = {name for name, _ in portfolio.candidates[0].policies}
-            if any(get_problem(name).name in named for name, _ in build):
-                raise OptgymError(f"{portfolio.path} is the shipped allocator policies' portfolio: evaluate it "
-                                  f"without another policy for {', '.join(sorted(named))}")  # fmt: skip
+        build = [(get_problem(name).name, spec) for name, spec in [(problem, policy), *companions]]
+        # a problem the first candidate names but the command decides with another policy: not this portfolio's
+        # build (optgym-cc would compile it without the portfolio); the problems the command leaves out it fills in
+        first = dict(portfolio.candidates[0].policies)
+        if other := sorted(name for name, spec in build if first.get(name, spec) != spec):
+            raise OptgymError(f"{portfolio.path} is a portfolio of {', '.join(f'{n}={s}' for n, s in first.items())}: "
+                              f"evaluate it without another policy for {', '.join(other)}")  # fmt: skip
         rows = evaluate_portfolio(corpus, portfolio, candidates, [n for n in names if n in mine], policies=build,
                                   **common)  # fmt: skip
         others = [n for n in names if n not in mine]

@@ -2,11 +2,12 @@
 
 Why: for C, every decision channel an unmodified clang-22 opens is nearly spent by the shipped scorers (a
 per-module oracle over ten nearby scorers buys ~0.25 % per channel, README). What is left is per-object
-luck — one object is smaller with another allocator scorer, another with a pass threshold of ``-Oz``'s own
-pipeline — and a build that values bytes over compile time can buy it: compile the object ``N`` ways and
-keep the smallest. Every candidate is a correct program by construction (eviction and priority answers
-are legal choices; the thresholds change how much a pass ``-Oz`` runs anyway does, never switch on a pass
-clang keeps off), and clang's own compile is one of them, so no object grows.
+luck — one object is smaller with another allocator scorer, another with an option of a pass in ``-Oz``'s
+own pipeline (a threshold, or the pass skipped) — and a build that values bytes over compile time can buy
+it: compile the object ``N`` ways and keep the smallest. Every candidate is a correct program by
+construction (eviction and priority answers are legal choices; the pass options change how much a pass
+``-Oz`` runs anyway does, never switch on a pass clang keeps off), and clang's own compile is one of them,
+so no object grows.
 
 A portfolio file (JSON, ``format`` :data:`FORMAT`) names the language family it decides and its
 candidates, the first being the default build's (``optgym-cc`` compiles it alone unless asked for more):
