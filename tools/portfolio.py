@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
-    .venv/bin/python tools/portfolio.py choose CORPUS -o DIR [--size 7] [-j 2]
-    .venv/bin/python tools/portfolio.py measure CORPUS [--split test] [--portfolio FILE] [-j 2]
+    .venv/bin/python tools/portfolio.py choose CORPUS -o DIR [--wide] [--size 7] [-j 2]
+    .venv/bin/python tools/portfolio.py measure CORPUS [--split test] [--portfolio FILE] [--record] [-j 2]
+
+The shipped portfolio: ``choose corpora/train -o OUT --wide --size 10 -j 2``.
 
 Why: every channel of an unmodified clang-22 is nearly spent for C by the shipped allocator scorers, but
 which of a few nearby ways compiles a given object smallest is per-object luck a build can buy with
@@ -10,9 +12,9 @@ compile time (``OPTGYM_CANDIDATES``; :mod:`optgym.policies.portfolio`). ``choose
 that ships, from training modules only:
 
 1. the pool: the shipped scorer pair; the pair with each of ``tools/levers.py``'s pass thresholds (passes
-   ``-Oz`` runs anyway); eight seeded perturbations of the shipped eviction scorer (each weight plus
-   0.3 · mean |w| · N(0, 1), seed 26) and eight of the priority scorer (0.1 · N(0, 1), the bias's ten times
-   that, seed 27), each with the other shipped scorer;
+   ``-Oz`` runs anyway) and, with ``--wide``, each of :data:`MORE_THRESHOLDS`; eight seeded perturbations of
+   the shipped eviction scorer (each weight plus 0.3 · mean |w| · N(0, 1), seed 26) and eight of the
+   priority scorer (0.1 · N(0, 1), the bias's ten times that, seed 27), each with the other shipped scorer;
 2. every pool entry compiles the fixed training sample (the corpus's C training modules by name, every 7th
    from the 4th: 404 modules on the training corpus; evaluate's cache makes a second run instant);
 3. the first candidate is the entry smallest in total on its own (the default build compiles it alone);
@@ -23,7 +25,7 @@ that ships, from training modules only:
 ``DIR`` receives ``portfolio-c.json``, the chosen perturbed scorers (ONNX) under ``portfolio-c/`` and the
 sample's figures, for ``src/optgym/policies/pretrained/``. ``measure`` prints, for a portfolio (default:
 the shipped one), the total against clang's ``-Oz`` of every prefix of its candidates on a corpus's C
-modules — the figures of the README's portfolio table.
+modules — the figures of the README's portfolio table; ``--record`` writes them into the portfolio file.
 """
 
 from __future__ import annotations
