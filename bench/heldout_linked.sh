@@ -9,8 +9,8 @@
 #   LTO=thin bench/heldout_linked.sh …        both sides with -flto=thin and lld (LTO=full: -flto=full), the
 #                                             optgym side with OPTGYM_SERVE_LTO=1: the policy decides the compile
 #                                             steps' inlining, the link's own inliner stays clang's
-#   OPTGYM_CANDIDATES=7 bench/heldout_linked.sh …  the optgym side compiles each C object seven ways (the shipped
-#                                             portfolio), the smallest kept
+#   OPTGYM_CANDIDATES=N bench/heldout_linked.sh …  the optgym side compiles each C object N ways (the shipped
+#                                             portfolio's first N), the smallest kept
 #   CMAKE_ARGS="-DDISABLE_WERROR=ON" bench/…  more configure arguments for both builds (json-c's -Werror)
 #   TEST=1 bench/heldout_linked.sh …          then runs the project's ctest suite in both builds: a test that
 #                                             fails only in the optgym build is a compiler bug, and exit 1

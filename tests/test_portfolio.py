@@ -1,5 +1,5 @@
 """The shipped portfolio for C: its file, its evaluation (the smallest of N compiles per module) and optgym-cc
-compiling an object N ways with the real clang-22 — the default build's pass threshold included."""
+compiling an object N ways with the real clang-22 — the default build's pass option included."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def shipped_scorers() -> list[str]:
 def unseen_figures(path: Path, beside: list[str], workers: int | None) -> dict:
     """Every shipped policy together (the inliner and ``beside``) on a corpus of packages outside the
     training list, per language, with the packages and their versions: C compiled as ``optgym-cc`` compiles it
-    by default, by the shipped portfolio's first candidate (the scorers and its pass threshold)."""
+    by default, by the shipped portfolio's first candidate (the scorers and its pass option)."""
     corpus = Corpus(path)
     rows = evaluate("pretrained", corpus, workers=workers, progress=True, candidates=DEFAULT_CANDIDATES,
                     companions=[(p, "pretrained") for p in beside])  # fmt: skip

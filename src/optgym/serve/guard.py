@@ -67,11 +67,10 @@ def remove_orphans(directory: str, name: str) -> None:
 
 
 def sibling(output: str) -> str:
-    """A new empty hidden file beside ``output`` for another compile of the same object (after removing those a
-    killed server left): beside it, so the object that wins replaces ``output`` with one ``rename``. ``OSError``
-    when the directory takes no file."""
+    """A new empty hidden file beside ``output`` for another compile of the same object: beside it, so the object
+    that wins replaces ``output`` with one ``rename``. ``OSError`` when the directory takes no file. (Callers
+    remove a killed server's files first, once per object: :func:`remove_orphans` scans the directory.)"""
     directory, name = os.path.split(output)
-    remove_orphans(directory, name)
     fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}.", suffix=SUFFIX)
     os.close(fd)
     return path
@@ -175,6 +174,7 @@ class Guard:
         self.departed = True
         if self.why_not is not None or self.reference is not None or self.below is not None:
             return
+        remove_orphans(*os.path.split(self.output))
         try:
             self.reference = sibling(self.output)
         except OSError as e:

@@ -66,6 +66,7 @@ from optgym.serve.guard import (
     keep_smaller,
     output_path,
     reference_args,
+    remove_orphans,
     sibling,
     unguardable,
 )
@@ -321,7 +322,8 @@ class Server:
         if (why := unguardable(argv[1:])) is not None:
             return {"candidate": candidates[0].name, "candidate_detail": why}
         kept, passed_over = candidates[0].name, []
-        served = [(s.problem.name, s.spec) for s in self.deciding(language)]
+        build = [(s.problem.name, s.spec) for s in self.deciding(language)]
+        remove_orphans(*os.path.split(output))  # once per object, not per candidate: it scans the directory
         for candidate in candidates[1:]:
             if running.gone:
                 break
@@ -334,7 +336,7 @@ class Server:
                 return {"candidate": kept, "candidate_detail": f"no temporary file beside the output: {e}"}
             try:
                 args = [argv[0], *reference_args(argv[1:], other), *candidate.flags]
-                compiled = self._compile_candidate(candidate, served, args, cwd, env, language, timeout, running)
+                compiled = self._compile_candidate(candidate, build, args, cwd, env, language, timeout, running)
                 if compiled and not running.gone:
                     mine, theirs = keep_smaller(output, other)
                     kept = candidate.name if theirs < mine else kept
