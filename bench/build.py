@@ -30,6 +30,10 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
                 after the policy's only where that object has under N bytes of text — ``optgym-cc``'s default
                 (2048) for every served compile, so (4) is guarded that way and ``--guard-below 0`` is (4)
                 without it.
+(7) candidates N   with ``--candidates N``: (4) with ``OPTGYM_CANDIDATES=N``, each C object compiled the
+                shipped portfolio's first N ways — what buying bytes with compiles costs. (4) itself pins
+                ``OPTGYM_CANDIDATES=1`` (one compile an object: the host's cost, which the target is about);
+                a default build compiles the portfolio's ``default_candidates``.
 
 Each round cleans and rebuilds every variant, the variants' order rotated from round to round so a
 noisy moment hits them alike; the table shows the median wall time of the rounds and the ratio to
@@ -439,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--guard-below", type=int, metavar="N",
                         help="a variant: the policy, OPTGYM_GUARD_BELOW=N (small objects compiled twice)")  # fmt: skip
+    parser.add_argument("--candidates", type=int, metavar="N",
+                        help="a variant: the policy, OPTGYM_CANDIDATES=N (each C object compiled N ways)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, help="timed clean rebuilds per variant (default 3)")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel compiles")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORK, help=f"sources, builds, logs ({DEFAULT_WORK})")
@@ -472,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         "heuristic": Variant("heuristic", "(3) optgym-c++, heuristic", str(BIN / "optgym-cc"),
                              str(BIN / "optgym-c++"), dict.fromkeys(CHANNEL_VARIABLES, "heuristic")),
         "policy": Variant("policy", f"(4) optgym-c++, {policy_label}", str(BIN / "optgym-cc"),
-                          str(BIN / "optgym-c++"), {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1"}),
+                          str(BIN / "optgym-c++"), {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1",
+                                                    "OPTGYM_CANDIDATES": "1"}),
     }  # fmt: skip
     if args.guard:
         served = variants["policy"]
@@ -483,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
         label = f"(6) optgym-c++, {policy_label}, OPTGYM_GUARD_BELOW={below}"
         variants["guarded_below"] = Variant("guarded_below", label, served.cc, served.cxx,
                                             {**served.env, "OPTGYM_GUARD_BELOW": below})  # fmt: skip
+    if args.candidates is not None:
+        served, count = variants["policy"], str(args.candidates)
+        variants["candidates"] = Variant("candidates", f"(7) optgym-c++, {policy_label}, OPTGYM_CANDIDATES={count}",
+                                         served.cc, served.cxx, {**served.env, "OPTGYM_CANDIDATES": count})  # fmt: skip
     names = tuple(variants)
     builds = {n: work / "builds" / args.project / n for n in names}
     try:

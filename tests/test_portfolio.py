@@ -3,12 +3,14 @@ compiling an object N ways with the real clang-22 — the default build's pass o
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import _corpus
@@ -69,7 +71,8 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
     assert portfolio.family == "C" and len(portfolio.candidates) >= 7
     first = portfolio.candidates[0]
     assert first.policies == (("regalloc-evict", "pretrained"), ("regalloc-priority", "pretrained"))
-    assert first.flags[0] == "-mllvm" and len(first.flags) == 2  # one option of a pass -Oz runs anyway
+    assert first.flags and first.flags[::2] == ("-mllvm",) * (len(first.flags) // 2)  # options of -Oz's passes
+    assert 1 <= portfolio.default_count <= len(portfolio.candidates)
     assert [c.name for c in portfolio.candidates if c.is_clang] == ["clang"] == [portfolio.candidates[1].name]
     assert portfolio.first(2) == portfolio.candidates[:2] and portfolio.first(99) == portfolio.candidates
     with pytest.raises(PortfolioError, match="at least one"):
@@ -93,6 +96,12 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
              "candidates": [{"name": "a", "policies": {"regalloc-evict": "gone.onnx"}}]},
             "gone.onnx is missing",
         ),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": [{"name": "clang"}], "default_candidates": 2},
+         "default_candidates"),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": [{"name": "clang"}], "default_candidates": "1"},
+         "default_candidates"),
+        ({"format": "optgym-portfolio/1", "family": "C", "candidates": [{"name": "clang"}], "default_candidates": 0},
+         "default_candidates"),
     ],
 )  # fmt: skip
 def test_a_broken_portfolio_file_is_a_clear_error_naming_it(tmp_path, data, message):
@@ -178,7 +187,8 @@ def test_optgym_cc_compiles_the_portfolios_candidates_and_keeps_the_smallest(por
     seven = run_cc([CC, "-Oz", "-c", "port.c", "-o", "seven.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_CANDIDATES="7")
     assert seven.returncode == 0, seven.stderr
     assert object_sizes(tmp_path / "seven.o").text_bytes == rows[7].policy_text
-    one = run_cc([CC, "-Oz", "-c", "port.c", "-o", "one.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_GUARD_BELOW="0")
+    one = run_cc([CC, "-Oz", "-c", "port.c", "-o", "one.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_GUARD_BELOW="0",
+                 OPTGYM_CANDIDATES="1")  # fmt: skip
     assert one.returncode == 0, one.stderr
     assert object_sizes(tmp_path / "one.o").text_bytes == rows[1].policy_text
     own = ["-Oz", *portfolio.candidates[0].flags, "-c", "port.c"]  # clang refuses most options given twice
@@ -215,13 +225,14 @@ def test_a_later_candidate_wins_and_a_failing_one_is_passed_over(port_corpus, tm
     """``OPTGYM_PORTFOLIO``: a portfolio whose first candidate (the shipped scorers without the threshold) is
     beaten by its third (with it), the second failing in clang (an option clang does not know): optgym-cc
     keeps the third's object — exactly what ``evaluate --portfolio`` reports — and only the first's when asked
-    for two compiles; the failed compile leaves no file, and the build never sees its error."""
+    for two compiles; the failed compile leaves no file, and the build never sees its error. Unasked, the build
+    compiles as many candidates as the file's ``default_candidates`` says."""
     shipped = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
     portfolio_file = write(tmp_path / "mine.json", {"format": "optgym-portfolio/1", "family": "C", "candidates": [
         {"name": "shipped", "policies": shipped},
         {"name": "broken", "policies": shipped, "flags": ["-mllvm", "-no-such-option-in-clang=1"]},
         {"name": "jt8", "policies": shipped, "flags": ["-mllvm", "-min-jump-table-entries=8"]},
-    ]})  # fmt: skip
+    ], "default_candidates": 3})  # fmt: skip
     portfolio = load_portfolio(portfolio_file)
     rows = {n: evaluate_portfolio(port_corpus, portfolio, n, ["port"], workers=1, progress=False)[0] for n in (2, 3)}
     assert rows[3].detail == "jt8" and rows[3].policy_text < rows[2].policy_text and rows[2].detail == "shipped"
@@ -233,7 +244,9 @@ def test_a_later_candidate_wins_and_a_failing_one_is_passed_over(port_corpus, tm
         out = run_cc([CC, "-Oz", "-c", "port.c", "-o", f"{n}.o"], build, OPTGYM_CANDIDATES=str(n), **env)
         assert out.returncode == 0 and out.stderr == "", out.stderr
         assert object_sizes(build / f"{n}.o").text_bytes == rows[n].policy_text, n
-    assert sorted(p.name for p in build.iterdir()) == ["2.o", "3.o", "port.c"]
+    unset = run_cc([CC, "-Oz", "-c", "port.c", "-o", "d.o"], build, **env)  # the file's default_candidates: 3
+    assert unset.returncode == 0 and (build / "d.o").read_bytes() == (build / "3.o").read_bytes(), unset.stderr
+    assert sorted(p.name for p in build.iterdir()) == ["2.o", "3.o", "d.o", "port.c"]
     report = tmp_path / "r"
     args = ["--candidates", "3", "--portfolio", str(portfolio_file), "-o", str(report)]
     result = CliRunner().invoke(app, ["evaluate", "--corpus", str(port_corpus.root), "--policy", "pretrained", *args])
@@ -306,3 +319,38 @@ def test_a_candidate_whose_policy_does_not_load_is_passed_over(port_corpus, tmp_
         assert out.returncode == 0 and out.stderr == "", out.stderr
     assert (tmp_path / "2.o").read_bytes() == (tmp_path / "1.o").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1.o", "2.o", "damaged.onnx", "mine.json", "port.c"]
+
+
+def test_choose_combine_adds_options_greedily_while_they_save_enough():
+    """``tools/portfolio.py choose --combine``'s rule on a made-up sample (the rule itself, not the compiles):
+    each option saves its own bytes in one compile with the others; the greedy takes the largest saver first,
+    passes over a combination that fails on a module, and stops at the first addition that saves less than
+    ``MIN_GAIN``; every combination tried that compiled stays a pool entry for the rest of the choice."""
+    tool_file = Path(__file__).resolve().parents[1] / "tools" / "portfolio.py"
+    spec = importlib.util.spec_from_file_location("portfolio_tool", tool_file)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    saving = {"-a": 30, "-b": 20, "-c": 0.5, "-broken": 50}  # bytes per module, of 1000 per module in all
+    modules = [f"m{i}" for i in range(4)]
+
+    def compile_sample(flags):
+        rows = {}
+        for m in modules:
+            ok = not {"-first", "-broken"} <= set(flags) or m != "m3"  # fine alone, fails with the first's option
+            text = 1000 - sum(saving[f] for f in flags if f in saving)
+            rows[m] = SimpleNamespace(ok=ok, policy_text=text if ok else None)
+        return rows
+
+    shipped = {"regalloc-evict": "pretrained"}
+    entries = {"shipped scorers, first": (shipped, ("-first",))}
+    entries |= {f"shipped scorers, {f}": (shipped, (f,)) for f in saving}
+    entries["perturbed"] = ({"regalloc-evict": "x.onnx"}, ())  # not an option: other policies
+    table = {name: compile_sample(flags) for name, (_, flags) in entries.items()}
+    log: list[dict] = []
+    name = tool.combine("shipped scorers, first", entries, table, modules, 4000, 4, log, compile_sample)
+    assert name == "shipped scorers, first + -a + -b"
+    assert entries[name] == (shipped, ("-first", "-a", "-b"))
+    assert all(row.policy_text == 950 for row in table[name].values())
+    assert "shipped scorers, first + -broken" not in entries and any(e["alone"] is None for e in log)
+    assert "shipped scorers, first + -a + -b + -c" in entries  # tried, saved too little, still an entry
+    assert not any("perturbed" in e["combination"] for e in log)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
-    .venv/bin/python tools/portfolio.py choose CORPUS -o DIR [--wide] [--size 7] [-j 2]
+    .venv/bin/python tools/portfolio.py choose CORPUS -o DIR [--wide] [--combine K] [--default N] [--size 7] [-j 2]
     .venv/bin/python tools/portfolio.py measure CORPUS [--split test] [--portfolio FILE] [--record] [-j 2]
 
-The shipped portfolio: ``choose corpora/train -o OUT --wide --size 10 -j 2``.
+The shipped portfolio: ``choose corpora/train -o OUT --wide --combine 4 --default 2 --size 10 -j 2``.
 
 Why: every channel of an unmodified clang-22 is nearly spent for C by the shipped allocator scorers, but
 which of a few nearby ways compiles a given object smallest is per-object luck a build can buy with
@@ -17,10 +17,12 @@ that ships, from training modules only:
    priority scorer (0.1 · N(0, 1), the bias's ten times that, seed 27), each with the other shipped scorer;
 2. every pool entry compiles the fixed training sample (the corpus's C training modules by name, every 7th
    from the 4th: 404 modules on the training corpus; evaluate's cache makes a second run instant);
-3. the first candidate is the entry smallest in total on its own (the default build compiles it alone);
-   clang's own compile is the second (no object grows from two compiles on); then, greedily, the entry that
-   most lowers the sample's total when each module keeps its smallest object — until ``--size`` compiles or
-   an entry that saves nothing.
+3. the first candidate is the entry smallest in total on its own — with ``--combine K``, that entry with up
+   to K pass options more in the same compile, added greedily while each lowers the sample's total alone by
+   ``MIN_GAIN`` (:func:`combine`); clang's own compile is the second (no object grows from two compiles on);
+   then, greedily, the entry that most lowers the sample's total when each module keeps its smallest object
+   — until ``--size`` compiles or an entry that saves nothing. ``--default N`` is how many of them a build
+   compiles unless told (the file's ``default_candidates``).
 
 ``DIR`` receives ``portfolio-c.json``, the chosen perturbed scorers (ONNX) under ``portfolio-c/`` and the
 sample's figures, for ``src/optgym/policies/pretrained/``. ``measure`` prints, for a portfolio (default:
@@ -88,6 +90,9 @@ BUILD = [("inline-size", "pretrained"), *SHIPPED.items()]
 #: gets ten times its σ (see ``perturbed``)
 PERTURBATIONS = {"regalloc-evict": (26, 0.3, True), "regalloc-priority": (27, 0.1, False)}
 VARIANTS = 8
+#: ``--combine``: the options tried together with the first entry (the smallest alone), and the least an
+#: option must lower the training sample's total by to join it
+SHORTLIST, MIN_GAIN = 8, 0.0010
 
 
 def perturbed(problem: str, directory: Path) -> list[Path]:
@@ -127,6 +132,47 @@ def sizes(corpus: Corpus, modules: list[str], policies: dict[str, str], flags, w
     return {row.module: row for row in rows}
 
 
+def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
+    """``--combine``: the ``first`` entry with up to ``steps`` pass options more, all in one compile. Of the
+    :data:`SHORTLIST` options smallest alone (``first``'s own excluded), the one whose addition gives the
+    sample's smallest total is added, while that lowers the total by at least :data:`MIN_GAIN` (a combination
+    that fails to compile a sample module is not taken). Each combination tried becomes an entry of
+    ``entries`` and ``table``, so the rest of the portfolio is chosen around the result; ``log`` gets one line
+    per combination tried. Why: options of different passes mostly save on different code, so one compile
+    with several keeps most of their savings, which a portfolio otherwise buys a compile each."""
+    policies, flags = entries[first]
+    options = [n for n, (p, f) in entries.items() if f and p == policies and n != first]
+
+    def total(name: str) -> float | None:
+        rows = table[name]
+        return sum(rows[m].policy_text for m in ok) / base if all(rows[m].ok for m in ok) else None
+
+    alone = {n: t for n in options if (t := total(n)) is not None}
+    shortlist = sorted(alone, key=alone.__getitem__)[:SHORTLIST]
+    current, taken = total(first), []
+    for _ in range(steps):
+        tried = {}
+        for option in (n for n in shortlist if n not in taken):
+            name = f"{first} + {' + '.join(_short(n) for n in [*taken, option])}"
+            entries[name] = (policies, (*flags, *(f for n in [*taken, option] for f in entries[n][1])))
+            table[name] = compile_sample(entries[name][1])
+            tried[option] = total(name)
+            log.append({"combination": name, "alone": tried[option]})
+            if tried[option] is None:  # not a candidate: it failed somewhere
+                del entries[name], table[name]
+        tried = {n: t for n, t in tried.items() if t is not None}
+        if not tried or current - min(tried.values()) < MIN_GAIN:
+            break
+        taken.append(option := min(tried, key=tried.__getitem__))
+        current = tried[option]
+        print(f"combined: + {_short(option)}, {current:.4f} alone")
+    return f"{first} + {' + '.join(_short(n) for n in taken)}" if taken else first
+
+
+def _short(entry: str) -> str:
+    return entry.removeprefix("shipped scorers, ")
+
+
 def choose(args: argparse.Namespace) -> int:
     corpus = Corpus(args.corpus, split="train")
     sample = sorted(m.name for m in corpus if m.family == "C")[3::7]
@@ -143,6 +189,10 @@ def choose(args: argparse.Namespace) -> int:
         return sum(min([clang[m], *(table[name][m].policy_text for name in chosen)]) for m in ok)
 
     first = min(entries, key=lambda name: sum(table[name][m].policy_text for m in ok))
+    combined: list[dict] = []
+    if args.combine:
+        first = combine(first, entries, table, ok, base, args.combine, combined,
+                        lambda flags: sizes(corpus, sample, entries[first][0], flags, args.workers))  # fmt: skip
     chosen, figures = [first], [{"candidate": first, "alone": sum(table[first][m].policy_text for m in ok) / base}]
     figures.append({"candidate": "clang", "best_of": total(chosen) / base})
     while len(chosen) + 1 < args.size:
@@ -168,10 +218,11 @@ def choose(args: argparse.Namespace) -> int:
                 policy = f"portfolio-c/{target.name}"
             spec[problem] = policy
         candidates.append({"name": name, "policies": spec, **({"flags": list(flags)} if flags else {})})
-    portfolio = {"format": FORMAT, "family": "C", "candidates": candidates,
+    portfolio = {"format": FORMAT, "family": "C", "candidates": candidates, "default_candidates": args.default,
                  "chosen_on": {"command": " ".join(["tools/portfolio.py", *sys.argv[1:]]), "corpus": str(args.corpus),
                                "split": "train", "modules": len(ok),
-                               "clang_text_bytes": base, "figures": figures}}  # fmt: skip
+                               "clang_text_bytes": base, "figures": figures,
+                               **({"combined": combined} if combined else {})}}  # fmt: skip
     (out / "portfolio-c.json").write_text(json.dumps(portfolio, indent=1) + "\n")
     print(f"{out / 'portfolio-c.json'}: {len(candidates)} candidates, training sample {total(chosen) / base:.4f}")
     return 0
@@ -220,6 +271,20 @@ def main() -> int:
     c.add_argument("-o", "--output", type=Path, required=True)
     c.add_argument("--size", type=int, default=7, help="compiles at most, clang's own included")
     c.add_argument("--wide", action="store_true", help="more pass options in the pool (MORE_THRESHOLDS)")
+    c.add_argument(
+        "--default",
+        type=int,
+        default=1,
+        metavar="N",
+        help="how many candidates a build compiles unless told (the file's default_candidates)",
+    )
+    c.add_argument(
+        "--combine",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the first candidate: the smallest entry with up to K pass options more (combine)",
+    )
     c.add_argument("-j", "--workers", type=int, default=None)
     m = commands.add_parser("measure", help="every prefix of a portfolio on a corpus's modules")
     m.add_argument("corpus", type=Path)

@@ -42,14 +42,13 @@ from optgym.corpus.corpus import atomic_write_bytes
 from optgym.evaluate.evaluation import GUARD_BELOW, evaluate
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
 from optgym.policies.export import export_policy, run_provenance
+from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
 from optgym.train.threshold import summary_figures
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
 UNSEEN = "unseen_packages_with_shipped_policies"
-#: How many of the shipped portfolio's candidates compile each C module in those figures: optgym-cc's default.
-DEFAULT_CANDIDATES = 1
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
            "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio", "guarded_below_ratio",
            "guarded_below_over_1pct")  # fmt: skip
@@ -194,16 +193,17 @@ def shipped_scorers() -> list[str]:
 def unseen_figures(path: Path, beside: list[str], workers: int | None) -> dict:
     """Every shipped policy together (the inliner and ``beside``) on a corpus of packages outside the
     training list, per language, with the packages and their versions: C compiled as ``optgym-cc`` compiles it
-    by default, by the shipped portfolio's first candidate (the scorers and its pass option)."""
+    by default, by the shipped portfolio's first ``default_candidates`` candidates."""
     corpus = Corpus(path)
-    rows = evaluate("pretrained", corpus, workers=workers, progress=True, candidates=DEFAULT_CANDIDATES,
+    count = load_portfolio().default_count  # optgym-cc's default
+    rows = evaluate("pretrained", corpus, workers=workers, progress=True, candidates=count,
                     companions=[(p, "pretrained") for p in beside])  # fmt: skip
     packages = corpus.description["optgym"].get("packages", {})
     return {
         "corpus": path.resolve().name,
         "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "with": ["inline-size", *beside],
-        "candidates": DEFAULT_CANDIDATES,  # of the shipped portfolio, for C (optgym-cc's OPTGYM_CANDIDATES)
+        "candidates": count,  # of the shipped portfolio, for C (optgym-cc's OPTGYM_CANDIDATES)
         "packages": {p: v.get("version") for p, v in sorted(packages.items())},
         **by_language(rows, corpus),
     }

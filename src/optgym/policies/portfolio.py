@@ -10,8 +10,9 @@ construction (eviction and priority answers are legal choices; the pass options 
 so no object grows.
 
 A portfolio file (JSON, ``format`` :data:`FORMAT`) names the language family it decides and its
-candidates, the first being the default build's (``optgym-cc`` compiles it alone unless asked for more):
-``{"name", "policies": {problem: spec}, "flags": [...]}``. A spec is ``pretrained`` (the policy shipped
+candidates, the first being the default build's, and ``default_candidates`` (default 1), how many of them a
+build compiles unless asked for another count; each candidate ``{"name", "policies": {problem: spec},
+"flags": [...]}``. A spec is ``pretrained`` (the policy shipped
 for that problem) or a file name relative to the portfolio's directory; a candidate without policies and
 flags is clang's own compile. The shipped portfolio (:data:`PRETRAINED_PORTFOLIO`) was chosen greedily
 on training modules (README, "A portfolio for C").
@@ -75,6 +76,7 @@ class Portfolio:
     family: str  # "C" or "C++": the language family whose compiles the portfolio decides
     candidates: tuple[Candidate, ...]  # [0]: the default build's compile
     path: Path
+    default_count: int = 1  # how many candidates a build compiles unless told (``OPTGYM_CANDIDATES``)
 
     def applies_to(self, build: Sequence[tuple[str, str]]) -> bool:
         """Whether a build whose policies are ``build`` compiles with this portfolio: it decides the problems
@@ -120,4 +122,7 @@ def load_portfolio(path: Path | str = PRETRAINED_PORTFOLIO) -> Portfolio:
         candidates.append(Candidate(name, tuple(resolved), tuple(flags)))
     if len({c.name for c in candidates}) != len(candidates):
         raise PortfolioError(f"portfolio {path}: candidate names repeat")
-    return Portfolio(family, tuple(candidates), path)
+    default = data.get("default_candidates", 1)
+    if type(default) is not int or not 1 <= default <= len(candidates):
+        raise PortfolioError(f"portfolio {path}: default_candidates is a count of its candidates, not {default!r}")
+    return Portfolio(family, tuple(candidates), path, default)

@@ -156,10 +156,13 @@ class _Running:
                 os.killpg(current.pid, signal.SIGKILL)
 
 
-def candidate_count(env: dict[str, str]) -> int:
-    """``OPTGYM_CANDIDATES``: how many of the portfolio's candidates compile each object (default 1, the
-    default build's own; ``0``: no portfolio). A value that is not a count is an error the build is told about."""
-    value = env.get("OPTGYM_CANDIDATES", "").strip() or "1"
+def candidate_count(env: dict[str, str]) -> int | None:
+    """``OPTGYM_CANDIDATES``: how many of the portfolio's candidates compile each object (``None`` when unset:
+    the portfolio's ``default_candidates``; ``0``: no portfolio). A value that is not a count is an error the
+    build is told about."""
+    value = env.get("OPTGYM_CANDIDATES", "").strip()
+    if not value:
+        return None
     if not value.isdigit():
         raise ValueError(f"OPTGYM_CANDIDATES={value!r} is not a number of compiles")
     return int(value)
@@ -303,7 +306,7 @@ class Server:
                 raise OptgymError(f"{e} (OPTGYM_CANDIDATES=0 compiles without a portfolio)") from e
         if family(language) != portfolio.family or not portfolio.applies_to([(s.problem.name, s.spec) for s in served]):
             return ()
-        return portfolio.first(count)
+        return portfolio.first(portfolio.default_count if count is None else count)
 
     def _other_candidates(
         self,
