@@ -23,8 +23,9 @@ default ``pretrained``, the policy shipped in the package, or ``heuristic`` wher
 clang's, for a second compile's CPU), ``OPTGYM_GUARD_BELOW=N`` (the same only for objects under N bytes of
 text, compiled again after the policy's; default 2048 for every served compile, ``0`` for none),
 ``OPTGYM_CANDIDATES=N`` (C compiled with the shipped policies: the shipped portfolio's first ``N`` ways, the
-smallest object kept; default 1, the default build's own — its pass option included; ``0``: the policies
-alone), ``OPTGYM_PORTFOLIO`` (another portfolio file),
+smallest object kept; default: the portfolio's ``default_candidates`` — two for the shipped one, its pass
+options' compile and clang's own; ``1``: the first alone; ``0``: the policies alone),
+``OPTGYM_PORTFOLIO`` (another portfolio file),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """
