@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from optgym.policies import PRETRAINED_NAMES, pretrained_provenance
+from optgym.policies.portfolio import load_portfolio
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "ship_pretrained.py"
 
@@ -36,7 +37,8 @@ def test_unseen_figures_go_into_every_shipped_provenance(corpus, tmp_path, monke
         after = json.loads(path.read_text())
         entries = after["figures"].pop(tool.UNSEEN)
         (entry,) = [e for e in entries if e["corpus"] == corpus.root.name]
-        assert entry["with"] == ["inline-size", *tool.shipped_scorers()] and entry["candidates"] == 1
+        assert entry["with"] == ["inline-size", *tool.shipped_scorers()]
+        assert entry["candidates"] == load_portfolio().default_count == 2  # optgym-cc's default: two compiles of C
         assert entry["all"]["evaluated"] == len(corpus) and entry["all"]["failed"] == 0
         assert entry["C"]["evaluated"] + entry["C++"]["evaluated"] == len(corpus)
         assert [e for e in entries if e is not entry] == before[problem]["figures"].pop(tool.UNSEEN, [])

@@ -27,10 +27,10 @@ from the policy's first answer that is not clang's own — and the smaller objec
 
 A compile of the shipped portfolio's language (C) with the shipped policies is the portfolio's
 (:mod:`optgym.policies.portfolio`; ``OPTGYM_PORTFOLIO=FILE``: another one): its first candidate's flags
-join the compile, and with ``OPTGYM_CANDIDATES=N`` (default: the portfolio's ``default_candidates``; ``0``:
-no portfolio) the object is then compiled the next ``N - 1`` ways too, one after the other, each into a hidden sibling, and the smallest
-object is kept. Sequential on purpose: a parallel build already keeps every core busy with other objects'
-compiles.
+join the compile, and with ``OPTGYM_CANDIDATES=N`` (default: the portfolio's ``default_candidates``, two
+for the shipped one; ``0``: no portfolio) the object is then compiled the next ``N - 1`` ways too, one after
+the other, each into a hidden sibling, and the smallest object is kept. Sequential on purpose: a parallel
+build already keeps every core busy with other objects' compiles.
 
 A launcher that disappears (the build was interrupted) has its compile killed at once; the server
 exits after ``--idle`` seconds without a connection.
