@@ -333,7 +333,7 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
     saving = {"-a": 30, "-b": 20, "-c": 0.5, "-broken": 50}  # bytes per module, of 1000 per module in all
     modules = [f"m{i}" for i in range(4)]
 
-    def compile_sample(flags):
+    def compile_sample(policies, flags):
         rows = {}
         for m in modules:
             ok = not {"-first", "-broken"} <= set(flags) or m != "m3"  # fine alone, fails with the first's option
@@ -345,7 +345,7 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
     entries = {"shipped scorers, first": (shipped, ("-first",))}
     entries |= {f"shipped scorers, {f}": (shipped, (f,)) for f in saving}
     entries["perturbed"] = ({"regalloc-evict": "x.onnx"}, ())  # not an option: other policies
-    table = {name: compile_sample(flags) for name, (_, flags) in entries.items()}
+    table = {name: compile_sample(*entry) for name, entry in entries.items()}
     log: list[dict] = []
     name = tool.combine("shipped scorers, first", entries, table, modules, 4000, 4, log, compile_sample)
     assert name == "shipped scorers, first + -a + -b"

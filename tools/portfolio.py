@@ -138,8 +138,9 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
     sample's smallest total is added, while that lowers the total by at least :data:`MIN_GAIN` (a combination
     that fails to compile a sample module is not taken). Each combination tried becomes an entry of
     ``entries`` and ``table``, so the rest of the portfolio is chosen around the result; ``log`` gets one line
-    per combination tried. Why: options of different passes mostly save on different code, so one compile
-    with several keeps most of their savings, which a portfolio otherwise buys a compile each."""
+    per combination tried; ``compile_sample(policies, flags)`` gives the sample's rows of one such compile.
+    Why: options of different passes mostly save on different code, so one compile with several keeps most
+    of their savings, which a portfolio otherwise buys a compile each."""
     policies, flags = entries[first]
     options = [n for n, (p, f) in entries.items() if f and p == policies and n != first]
 
@@ -155,7 +156,7 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
         for option in (n for n in shortlist if n not in taken):
             name = f"{first} + {' + '.join(_short(n) for n in [*taken, option])}"
             entries[name] = (policies, (*flags, *(f for n in [*taken, option] for f in entries[n][1])))
-            table[name] = compile_sample(entries[name][1])
+            table[name] = compile_sample(*entries[name])
             tried[option] = total(name)
             log.append({"combination": name, "alone": tried[option]})
             if tried[option] is None:  # not a candidate: it failed somewhere
@@ -192,7 +193,7 @@ def choose(args: argparse.Namespace) -> int:
     combined: list[dict] = []
     if args.combine:
         first = combine(first, entries, table, ok, base, args.combine, combined,
-                        lambda flags: sizes(corpus, sample, entries[first][0], flags, args.workers))  # fmt: skip
+                        lambda policies, flags: sizes(corpus, sample, policies, flags, args.workers))  # fmt: skip
     chosen, figures = [first], [{"candidate": first, "alone": sum(table[first][m].policy_text for m in ok) / base}]
     figures.append({"candidate": "clang", "best_of": total(chosen) / base})
     while len(chosen) + 1 < args.size:
