@@ -299,6 +299,11 @@ def test_tools_portfolio_measure_records_every_prefix_in_the_portfolio_file(port
     count = len(data["candidates"])
     assert [p["compiles"] for p in entry["prefixes"]] == list(range(1, count + 1)) and entry["packages"] == ["port"]
     assert all(b <= a for a, b in itertools.pairwise(totals))
+    bounds = entry["prefixes"][0]["guard_bounds"]  # one compile, guarded below larger bounds: never larger, dearer
+    assert list(bounds) == ["4096", "8192", "16384"] and bounds["4096"]["total_ratio"] <= totals[0]
+    assert all(0 <= b["second_compile"] <= 1 for b in bounds.values())
+    for small, large in itertools.pairwise(bounds.values()):
+        assert large["total_ratio"] <= small["total_ratio"] and large["second_compile"] >= small["second_compile"]
     (row,) = evaluate_portfolio(port_corpus, load_portfolio(mine), count, ["port"], workers=1, progress=False)
     assert totals[-1] == row.policy_text / row.heuristic_text
 
