@@ -25,8 +25,8 @@ os.environ.pop("OPTGYM_TRANSCRIPT", None)
 # optgym-cc guards small objects of compiles with an allocator channel by default: the tests compare served
 # objects with rollouts of the same policies, so they switch it off, and test_serve checks the default itself
 os.environ["OPTGYM_GUARD_BELOW"] = "0"
-# and compile C with the shipped portfolio's first candidate (its pass option joins the compile): off for the
-# same reason, checked by test_serve too
+# and compile C the shipped portfolio's ways (its pass options, and by default clang's compile too): off for
+# the same reason, checked by test_portfolio
 os.environ["OPTGYM_CANDIDATES"] = "0"
 
 

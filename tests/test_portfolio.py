@@ -269,7 +269,9 @@ def test_a_launcher_gone_stops_the_candidates_and_kills_the_running_compile(tmp_
     before = (tmp_path / "port.o").read_bytes()
     server = Server("pretrained", "regalloc-evict", [("regalloc-priority", "pretrained")])
     candidates = load_portfolio().candidates
-    reply = server._other_candidates(argv, str(tmp_path), dict(os.environ), "c", candidates, 60, _Running(gone=True))
+    build = [(s.problem.name, s.spec) for s in server.served]
+    reply = server._other_candidates(argv, str(tmp_path), dict(os.environ), "c", build, candidates, 60,
+                                     _Running(gone=True))  # fmt: skip
     assert reply == {"candidate": candidates[0].name}
     assert (tmp_path / "port.o").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["port.c", "port.o"]

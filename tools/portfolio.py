@@ -248,12 +248,15 @@ def measure(args: argparse.Namespace) -> int:
         print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse{default}")
         figures.append({"compiles": count, "total_ratio": text / clang, "over_1pct": worse, "modules": len(rows)})
         if count == 1:  # what optgym-cc builds with one compile: objects under 2 kB guarded by clang's own compile
-            guarded = [r.guarded_below(GUARD_BELOW) for r in rows]
-            worse = sum(g > 1.01 * (r.heuristic_text or 0) for g, r in zip(guarded, rows, strict=True))
-            print(f"  as optgym-cc builds it (guarded below {GUARD_BELOW} B): {sum(guarded) / clang:.4f}, "
-                  f"{worse} > 1 % worse")  # fmt: skip
-            figures[-1] |= {"guarded_below_ratio": sum(guarded) / clang, "guarded_below_over_1pct": worse,
-                            "guard_bounds": guard_bounds(rows)}  # fmt: skip
+            two_kb = guarded(rows, GUARD_BELOW)
+            print(f"  as optgym-cc builds it (guarded below {GUARD_BELOW} B): {two_kb['total_ratio']:.4f}, "
+                  f"{two_kb['over_1pct']} > 1 % worse")  # fmt: skip
+            bounds = {str(bound): guarded(rows, bound) for bound in GUARD_BOUNDS}
+            for bound, f in bounds.items():
+                print(f"  guarded below {bound} B: {f['total_ratio']:.4f}, {f['over_1pct']} > 1 % worse, clang's "
+                      f"compile too for {f['second_compile']:.0%} of the compile time")  # fmt: skip
+            figures[-1] |= {"guarded_below_ratio": two_kb["total_ratio"],
+                            "guarded_below_over_1pct": two_kb["over_1pct"], "guard_bounds": bounds}  # fmt: skip
     if args.record:  # into the portfolio file itself: one entry per corpus and split, replaced when measured again
         data = json.loads(args.portfolio.read_text())
         key = f"{args.corpus.resolve().name} ({args.split})"
@@ -271,20 +274,15 @@ def measure(args: argparse.Namespace) -> int:
 GUARD_BOUNDS = (4096, 8192, 16384)
 
 
-def guard_bounds(rows: list[ModuleRow]) -> dict[str, dict[str, float]]:
-    """One compile (the first candidate), guarded below each of :data:`GUARD_BOUNDS`: the total against clang,
-    the modules > 1 % worse, and the share of the compile seconds spent on objects that get clang's compile
-    too (what the guard costs, against the two compiles of every object)."""
+def guarded(rows: list[ModuleRow], bound: int) -> dict[str, float]:
+    """One compile (the first candidate), guarded below ``bound``: the total against clang, the modules > 1 %
+    worse, and the share of the compile seconds spent on objects that get clang's compile too (what the guard
+    costs, against the two compiles of every object)."""
     clang, seconds = sum(r.heuristic_text or 0 for r in rows), sum(r.compile_seconds for r in rows) or 1.0
-    figures = {}
-    for bound in GUARD_BOUNDS:
-        kept = [r.guarded_below(bound) for r in rows]
-        twice = sum(r.compile_seconds for r in rows if (r.policy_text or 0) < bound)
-        worse = sum(k > 1.01 * (r.heuristic_text or 0) for k, r in zip(kept, rows, strict=True))
-        figures[str(bound)] = {"total_ratio": sum(kept) / clang, "over_1pct": worse, "second_compile": twice / seconds}
-        print(f"  guarded below {bound} B: {sum(kept) / clang:.4f}, {worse} > 1 % worse, clang's compile too for "
-              f"{twice / seconds:.0%} of the compile time")  # fmt: skip
-    return figures
+    kept = [r.guarded_below(bound) for r in rows]
+    twice = sum(r.compile_seconds for r in rows if (r.policy_text or 0) < bound)
+    worse = sum(k > 1.01 * (r.heuristic_text or 0) for k, r in zip(kept, rows, strict=True))
+    return {"total_ratio": sum(kept) / clang, "over_1pct": worse, "second_compile": twice / seconds}
 
 
 def main() -> int:

@@ -199,7 +199,8 @@ def evaluate(
     With ``--with regalloc-evict=POLICY`` the policy's compiles also have their register allocation
     decided by POLICY, and the comparison is both policies together against clang alone. With
     ``--candidates N`` the portfolio's language (C) is compiled by the shipped portfolio instead, as
-    ``optgym-cc`` builds it (``--candidates 1``: the default build's C compile)."""
+    ``optgym-cc`` builds it with ``OPTGYM_CANDIDATES=N`` (unset, it compiles the portfolio's
+    ``default_candidates``: 2 for the shipped one)."""
     from optgym import __version__
     from optgym.corpus import Corpus
     from optgym.errors import OptgymError

@@ -295,7 +295,8 @@ def evaluate_portfolio(
 
     The first candidate is the build's own compile: where it fails the row fails (the build would have
     fallen back to clang); another candidate's failure only takes it out of that module's choice. A row's
-    ``detail`` names the candidate kept, its ``compile_seconds`` add up every candidate's."""
+    ``detail`` names the candidate kept, its ``compile_seconds`` add up every candidate's but clang's own (the
+    heuristic's compile, which every row has)."""
     chosen = portfolio.first(count)
     runs: list[tuple[str, dict[str, ModuleRow]]] = []
     for candidate in chosen:

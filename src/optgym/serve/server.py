@@ -257,7 +257,8 @@ class Server:
             return _plain(fds)
         try:
             below = guard_below(env, DEFAULT_BELOW)  # every served compile: see DEFAULT_BELOW
-            candidates = self._candidates(language, served, env)
+            build = [(s.problem.name, s.spec) for s in served]  # this compile's (problem, spec) pairs
+            candidates = self._candidates(language, build, env)
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
         flags = candidates[0].flags if candidates and not candidates[0].clashes_with(argv) else ()
@@ -280,7 +281,7 @@ class Server:
             if guard is not None and not reply.get("fallback"):
                 reply |= guard.finish(reply["returncode"], timeout)
             if len(candidates) > 1 and not reply.get("fallback") and reply["returncode"] == 0:
-                reply |= self._other_candidates(argv, cwd, env, language, candidates, timeout, running)
+                reply |= self._other_candidates(argv, cwd, env, language, build, candidates, timeout, running)
             return reply
         except Exception as e:  # a policy bug must never break the build: the launcher reruns plainly
             return {"fallback": True, "warning": f"policy {self.policy_spec} failed: {type(e).__name__}: {e}"}
@@ -291,7 +292,9 @@ class Server:
             os.close(stdout_fd)
             os.close(stderr_fd)
 
-    def _candidates(self, language: str, served: Sequence[Served], env: dict[str, str]) -> tuple[Candidate, ...]:
+    def _candidates(
+        self, language: str, build: Sequence[tuple[str, str]], env: dict[str, str]
+    ) -> tuple[Candidate, ...]:
         """The portfolio's candidates for this compile: none unless it is of the portfolio's language and its
         deciding policies are the portfolio's own (a build that chose other policies gets what it chose)."""
         count = candidate_count(env)
@@ -304,7 +307,7 @@ class Server:
                 portfolio = self.portfolios[path] = load_portfolio(path)
             except PortfolioError as e:  # read again by the next compile: the build may mend it
                 raise OptgymError(f"{e} (OPTGYM_CANDIDATES=0 compiles without a portfolio)") from e
-        if family(language) != portfolio.family or not portfolio.applies_to([(s.problem.name, s.spec) for s in served]):
+        if family(language) != portfolio.family or not portfolio.applies_to(build):
             return ()
         return portfolio.first(portfolio.default_count if count is None else count)
 
@@ -314,6 +317,7 @@ class Server:
         cwd: str,
         env: dict[str, str],
         language: str,
+        build: Sequence[tuple[str, str]],
         candidates: Sequence[Candidate],
         timeout: float,
         running: _Running,
@@ -325,7 +329,6 @@ class Server:
         if (why := unguardable(argv[1:])) is not None:
             return {"candidate": candidates[0].name, "candidate_detail": why}
         kept, passed_over = candidates[0].name, []
-        build = [(s.problem.name, s.spec) for s in self.deciding(language)]
         remove_orphans(*os.path.split(output))  # once per object, not per candidate: it scans the directory
         for candidate in candidates[1:]:
             if running.gone:
