@@ -166,7 +166,8 @@ class _Point:
 def test_the_servers_memo_keys_on_everything_a_policy_reads(vocab_path):
     """The server remembers a greedy MLPPolicy's answer per (view, observation bytes, heuristic, language):
     exact only while those are all a decision depends on."""
-    assert DecisionPoint.__slots__ == ("_obs", "_view", "heuristic", "index", "language"), (
+    # ``problem`` is the channel's own (one memo per served problem), so it is in the key already
+    assert DecisionPoint.__slots__ == ("_obs", "_view", "heuristic", "index", "language", "problem"), (
         "DecisionPoint has a new input: add it to the memo key in optgym/serve/server.py"
     )
     policy = MLPPolicy.initial(Vocab.load(vocab_path), extras=(*RESIDUAL_EXTRAS, CXX_INPUT), seed=3)

@@ -46,13 +46,29 @@ class EpisodeResult:
 class DecisionPoint:
     """What a policy sees at one decision; feature views are computed only when asked for."""
 
-    __slots__ = ("_obs", "_view", "heuristic", "index", "language")
+    __slots__ = ("_obs", "_view", "heuristic", "index", "language", "problem")
 
     def __init__(
-        self, view: FeatureView, obs: Observation, heuristic: int | None, index: int, language: str | None = None
+        self,
+        view: FeatureView,
+        obs: Observation,
+        heuristic: int | None,
+        index: int,
+        language: str | None = None,
+        problem: Problem | None = None,
     ) -> None:
         self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
         self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
+        self.problem = problem  # the decision's problem, when the loop knows it: see valid_actions()
+
+    def valid_actions(self) -> np.ndarray | None:
+        """The indices of the actions the problem allows here (an eviction's unmasked candidates), or ``None``
+        when every action of the space is allowed or the problem is not known. A policy that picks without a
+        model (random, never, always) reads it so that it never sends what would crash the compiler."""
+        if self.problem is None:
+            return None
+        mask = self.problem.action_mask(self._view, self._obs)
+        return None if mask is None else np.flatnonzero(mask)
 
     def vector(self) -> np.ndarray:
         """Visible features flattened to float32, in the problem's feature order."""
@@ -214,7 +230,7 @@ class Episode:
             problem, policy = self._problems[channel], self._policies[channel]
             assert policy is not None
             point = DecisionPoint(view, self.observation, problem.heuristic_action(view, self.observation),
-                                  self._indices[channel], self.module.language)  # fmt: skip
+                                  self._indices[channel], self.module.language, problem)  # fmt: skip
             self._indices[channel] += 1
             choice = policy(point)
             if not self._answer(problem, view, self.observation, choice[0] if isinstance(choice, tuple) else choice):

@@ -62,7 +62,7 @@ def rollout(
         while obs is not None:
             assert view is not None
             h = problem.heuristic_action(view, obs)
-            point = DecisionPoint(view, obs, h, len(actions), lang)
+            point = DecisionPoint(view, obs, h, len(actions), lang, problem)
             choice = policy(point)
             if isinstance(choice, tuple):
                 choice, log_prob = choice

@@ -95,6 +95,27 @@ def output_path(args: Sequence[str], cwd: str) -> str:
     return os.path.join(cwd, output)
 
 
+def remove_partial_output(output: str, since: float) -> None:
+    """Remove the temporary file a compile killed before it finished left instead of ``output``: clang writes
+    ``<stem>-<8 hex digits><ext>.tmp`` beside it and renames it at the end (LLVM's unique-file model), so a
+    compile the server stops (a refused answer, a timeout, a launcher gone) leaves one behind. Only files made
+    since ``since`` (the compile's start, ``time.time()``) go: an older one is not that compile's."""
+    directory, name = os.path.split(output)
+    stem, ext = os.path.splitext(name)
+    with contextlib.suppress(OSError), os.scandir(directory or ".") as entries:
+        for entry in entries:
+            middle = entry.name[len(stem) + 1 : -len(ext + ".tmp")] if entry.name.endswith(ext + ".tmp") else ""
+            if not (entry.name.startswith(stem + "-") and len(middle) == 8 and _is_hex(middle)):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat().st_mtime >= since - 1:
+                    os.unlink(entry.path)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
 def unguardable(args: Sequence[str]) -> str | None:
     """Why this compile cannot be guarded, or ``None``."""
     if mode := lto(list(args)):

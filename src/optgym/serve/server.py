@@ -46,11 +46,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from optgym.errors import OptgymError
 from optgym.policies import resolve_policy
@@ -67,6 +68,7 @@ from optgym.serve.guard import (
     output_path,
     reference_args,
     remove_orphans,
+    remove_partial_output,
     sibling,
     unguardable,
 )
@@ -80,6 +82,14 @@ MAX_REQUEST = 1 << 20
 #: heuristic answer — in many translation units (35 % of graphite2's 9,208 decisions repeat one).
 MEMO_ENTRIES = 1 << 15
 DEFAULT_TIMEOUT = 3600.0
+#: How a served compile may end that is the policy's doing, not the source's: the build gets clang's own
+#: compile instead. A crash counts (clang has no business crashing on a valid answer, but a policy drives it
+#: where its own heuristic never goes); a compile error does not — the source has one, and a plain compile would
+#: only print it twice.
+FALLBACK_STATUSES = frozenset(["crash", "timeout", "protocol_error", "aborted"])
+#: Added to every compile the server runs under a policy: a crash leaves no reproducer (a ``.c`` and a ``.sh``
+#: in the temporary directory) behind; the build falls back to a plain compile instead.
+NO_CRASH_FILES = "-fno-crash-diagnostics"
 
 
 def _fits(policy: Any, problem: Problem, header, compiler_version: str) -> str | None:
@@ -125,6 +135,14 @@ def _plain(fds: Sequence[int], warning: str | None = None) -> dict[str, Any]:
     for fd in fds:
         os.close(fd)
     return {"fallback": True} | ({"warning": warning} if warning else {})
+
+
+def _copy(source: IO[bytes], fd: int) -> None:
+    """Everything written to ``source`` so far, onto ``fd`` (the build's stderr)."""
+    source.seek(0)
+    while chunk := source.read(1 << 16):
+        with contextlib.suppress(OSError):  # the build closed its end: nothing is lost that it would read
+            os.write(fd, chunk)
 
 
 @dataclass
@@ -251,23 +269,29 @@ class Server:
         except (ValueError, TypeError, EOFError, KeyError):
             return _plain(fds, "malformed request from the launcher")
         timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
+        backend = bool(request.get("thinlto"))  # a ThinLTO backend of a link: no portfolio, guarded only on request
         language = driver_language(argv)
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
             return _plain(fds)
         try:
-            below = guard_below(env, DEFAULT_BELOW)  # every served compile: see DEFAULT_BELOW
+            below = None if backend else guard_below(env, DEFAULT_BELOW)  # every served compile: see DEFAULT_BELOW
             build = [(s.problem.name, s.spec) for s in served]  # this compile's (problem, spec) pairs
-            candidates = self._candidates(language, build, env)
+            candidates = () if backend else self._candidates(language, build, env)
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
         flags = candidates[0].flags if candidates and not candidates[0].clashes_with(argv) else ()
+        # clang's diagnostics wait in a file until the compile is judged: those of a compile that falls back
+        # are not the build's (the plain compile prints its own), so a fallback is one warning line
+        diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
+        colour = ["-fcolor-diagnostics"] if os.isatty(stderr_fd) else []  # the build's terminal, not the file's
+        command = [argv[0], *colour, *argv[1:], NO_CRASH_FILES, *flags]
         compile_ = InteractiveCompile(
-            lambda *bases: [*argv, *flags, *problem_flags([s.problem for s in served], bases)],
+            lambda *bases: [*command, *problem_flags([s.problem for s in served], bases)],
             channels=len(served),
             timeout=timeout,
             stdout=stdout_fd,
-            stderr=stderr_fd,
+            stderr=diagnostics.fileno(),
             cwd=cwd,
             env=env,
         )
@@ -275,9 +299,14 @@ class Server:
         guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
         guard = Guard(argv, cwd, env, below) if guarded else None
         running = _Running(compile_)
+        started = time.time()
         try:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
             reply = self._drive(compile_, language, guard, served)
+            if not reply.get("fallback"):
+                _copy(diagnostics, stderr_fd)
+            elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
+                remove_partial_output(output_path(argv[1:], cwd), started)
             if guard is not None and not reply.get("fallback"):
                 reply |= guard.finish(reply["returncode"], timeout)
             if len(candidates) > 1 and not reply.get("fallback") and reply["returncode"] == 0:
@@ -287,6 +316,7 @@ class Server:
             return {"fallback": True, "warning": f"policy {self.policy_spec} failed: {type(e).__name__}: {e}"}
         finally:
             compile_.close()
+            diagnostics.close()
             if guard is not None:
                 guard.close()
             os.close(stdout_fd)
@@ -370,6 +400,7 @@ class Server:
         its decisions answered by the build's policies ``build`` with the candidate's in their place; whether
         it succeeded. Its output goes nowhere."""
         policies = [] if candidate.is_clang else candidate.compile_policies(build)
+        args = [*args, NO_CRASH_FILES]
         served = [self._candidate_policy(problem, spec) for problem, spec in policies]
         served = [s for s in served if decides(s.policy, language)]
         if not served:  # clang's own compile
@@ -440,17 +471,23 @@ class Server:
                 if warning is not None:
                     action = heuristic
                 elif memo is None:
-                    choice = policy(DecisionPoint(view, obs, heuristic, indices[channel], compile_language))
+                    point = DecisionPoint(view, obs, heuristic, indices[channel], compile_language, problem)
+                    choice = policy(point)
                     action = choice[0] if isinstance(choice, tuple) else choice
                 else:
                     key = (view, obs.raw, heuristic, compile_language)
                     action = memo.get(key)
                     if action is None:
-                        choice = policy(DecisionPoint(view, obs, heuristic, indices[channel], compile_language))
+                        point = DecisionPoint(view, obs, heuristic, indices[channel], compile_language, problem)
+                        choice = policy(point)
                         action = choice[0] if isinstance(choice, tuple) else choice
                         if len(memo) >= MEMO_ENTRIES:
                             memo.clear()
                         memo[key] = action
+                if action != heuristic and (why := problem.invalid_action(view, obs, action)) is not None:
+                    # never sent: clang would crash on it (a masked eviction index is a SIGSEGV)
+                    compile_.close()
+                    return {"fallback": True, "warning": f"the policy gave an answer clang cannot take ({why})"}
                 advice = encoded.get(action)
                 if advice is None:
                     advice = encoded[action] = problem.encode_action(header, action)
@@ -460,7 +497,7 @@ class Server:
                     guard.start()
                     guard = None  # started once: the rest of the loop checks nothing more
         outcome = compile_.finish()
-        if outcome.status in ("timeout", "protocol_error", "aborted"):
+        if outcome.status in FALLBACK_STATUSES:
             return {"fallback": True, "warning": f"served compile ended with {outcome.status}: {outcome.detail}"}
         reply: dict[str, Any] = {"returncode": outcome.returncode, "decisions": outcome.decisions}
         if warnings:
