@@ -27,6 +27,9 @@ smallest object kept; default: the portfolio's ``default_candidates`` — two fo
 options' compile and clang's own; ``1``: the first alone; ``0``: the policies alone),
 ``OPTGYM_PORTFOLIO`` (another portfolio file),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
+``OPTGYM_LTO_POLICY`` (the policy of a ThinLTO link's backends, :mod:`optgym_cc.thinlto`; default ``pretrained``,
+the shipped ThinLTO policy, or ``heuristic`` where none is shipped), ``OPTGYM_VERBOSE=1`` (a ThinLTO link says
+how many backends and decisions were served),
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """
 
@@ -83,7 +86,8 @@ NOT_SERVED = frozenset(["-E", "-S", "-M", "-MM", "-###", "--version", "-fsyntax-
 
 
 def _clang(driver: str) -> str:
-    """clang-22 as the toolchain layer finds it (kept in step with optgym.toolchain.llvm)."""
+    """clang-22 (or another tool of LLVM 22: ``driver`` names it) as the toolchain layer finds it (kept in step
+    with optgym.toolchain.llvm)."""
     candidates = []
     if env_dir := os.environ.get("OPTGYM_LLVM_DIR"):
         candidates.append(os.path.join(env_dir, driver))
@@ -253,14 +257,16 @@ def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
     raise OSError(f"the policy server did not answer within 60 s (log: {path[: -len('.sock')]}.log)")
 
 
-def _serve(clang: str, args: list[str], policies: list[tuple[str, str]]) -> dict:
+def serve_request(clang: str, args: list[str], policies: list[tuple[str, str]], thinlto: bool = False) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
-    and wait for its one reply, read to the end of the connection."""
+    and wait for its one reply, read to the end of the connection. ``thinlto``: the compile is a ThinLTO
+    backend of a link (:mod:`optgym_cc.thinlto`)."""
     import _socket
     import marshal
 
     sock = _connect(policies, clang)
-    request = marshal.dumps({"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)})
+    message = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
+    request = marshal.dumps(message | {"thinlto": True} if thinlto else message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
     sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     chunks = []
@@ -278,6 +284,14 @@ def _serve(clang: str, args: list[str], policies: list[tuple[str, str]]) -> dict
 def _main(driver: str) -> None:
     clang = _clang(driver)
     args = sys.argv[1:]
+    if "-c" not in args and lto(args):  # a link step of an LTO build: its backends may be served
+        from optgym_cc import thinlto
+
+        extra, note = thinlto.link_plan(args, clang)
+        if note:
+            sys.stderr.write(f"optgym-cc: note: {note}\n")
+            sys.stderr.flush()
+        os.execv(clang, [clang, *args, *extra])
     policies = chosen_policies()
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
     if not policies or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
@@ -285,7 +299,7 @@ def _main(driver: str) -> None:
     policy = " + ".join(spec if problem == "inline-size" else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        reply = _serve(clang, args, policies)
+        reply = serve_request(clang, args, policies)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if reply.get("warning"):
@@ -302,6 +316,19 @@ def _main(driver: str) -> None:
     # os._exit: nothing is left to clean up, and the interpreter's orderly shutdown costs ~1.7 ms of
     # CPU (perf stat), once per compile of the build.
     os._exit(returncode if returncode >= 0 else 128 - returncode)
+
+
+def main_llvm_tool() -> None:
+    """``optgym-llvm-ar``, ``optgym-llvm-ranlib``, ``optgym-llvm-nm``: LLVM 22's own tool of that name.
+
+    CMake takes ``optgym-`` for the compilers' toolchain prefix (as ``x86_64-linux-gnu-`` in a cross gcc's
+    name) and looks for ``optgym-llvm-ar`` beside them first — the archiver of an IPO build, and its first
+    choice of ``CMAKE_AR``. Any other ``llvm-ar`` it would find (Debian's default is LLVM 14) cannot read
+    LLVM 22 bitcode, so an LTO build's static library failed to archive; libtool's ``NM`` reads symbols from
+    the same bitcode."""
+    name = os.path.basename(sys.argv[0]).removeprefix("optgym-")
+    tool = _clang(name)
+    os.execv(tool, [tool, *sys.argv[1:]])
 
 
 def main_cc() -> None:

@@ -1,0 +1,151 @@
+"""ThinLTO links through ``optgym-cc``: lld hands every backend to optgym, and the policy decides its inlining.
+
+Under ThinLTO the inlining that shapes the shipped program happens at the link, in one backend compile per
+module (after cross-module import), not in the ``-flto=thin`` compile steps, which only write bitcode. lld-22
+can hand those backends to an outside *distributor* (DTLTO): given ``--thinlto-distributor=PROG``, it writes a
+JSON file — ``common.args``, the backend compiler's command (``clang -c --target=… -O2 …``), and ``jobs[]``, each
+with its own ``args`` (``X.o -fthinlto-index=… -o X.native.o``) — runs ``PROG [distributor args] FILE.json``,
+and links the native objects it gets back. Running ``common.args + job.args`` for every job gives a program
+byte-identical to lld's in-process backends (checked on clang-22/lld-22).
+
+optgym is that distributor (``python -m optgym_cc.thinlto FILE``, below). Each backend becomes one request to
+the policy server, exactly like a served compile: its own clang process with its own channel — no two backends
+ever share one — run side by side, as many at once as the link's ``--thinlto-jobs`` (else every core). A backend
+whose serving fails in any way runs as clang's own backend instead, and the link prints one warning line for all
+of them; ``OPTGYM_STRICT=1`` fails the link instead.
+
+The launcher's part (:func:`link_plan`): a link step (no ``-c``) with ``-flto=thin`` that links with lld gets the
+distributor flags; with ``-flto``/``-flto=full`` (clang-22's full-LTO pipeline builds its inliner without the ML
+advisor, so nothing could be served) or without lld (only lld distributes backends) it is clang's own link, with
+one note saying why. The policy is ``OPTGYM_LTO_POLICY`` (default ``pretrained``: the ThinLTO policy shipped in
+the package, else ``heuristic``, which leaves links alone): the non-LTO policy is not used here, as its
+per-object decisions do not carry over to backends that see the whole program's imports.
+
+Standard library only, like the launcher: the distributor runs once per link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import optgym_cc as cc
+
+#: The ThinLTO inline policy shipped in the package (``OPTGYM_LTO_POLICY=pretrained``).
+PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, "inline-size-thinlto.onnx")
+#: The backends run clang's -O2 pipeline over the -Oz compile's ``minsize`` functions; at -O2 the ML advisor
+#: stops inlining once a module's size doubles unless told otherwise, and clang's own backends never stop.
+BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
+
+
+def lto_policy() -> str:
+    """``OPTGYM_LTO_POLICY`` as a spec the server loads: ``pretrained`` becomes the shipped file's path."""
+    spec = os.environ.get("OPTGYM_LTO_POLICY") or cc.default_policy(PRETRAINED_LTO)
+    return PRETRAINED_LTO if spec == "pretrained" else spec
+
+
+def _uses_lld(args: list[str]) -> bool:
+    linker = None
+    for arg in args:
+        if arg.startswith("-fuse-ld="):
+            linker = arg.split("=", 1)[1]
+        elif arg.startswith("--ld-path="):
+            linker = os.path.basename(arg.split("=", 1)[1])
+    return linker is not None and (linker == "lld" or "lld" in os.path.basename(linker))
+
+
+def link_jobs(args: list[str]) -> int:
+    """How many backends the link asked to run at once (``-flto-jobs=N``, ``-Wl,--thinlto-jobs=N``), else every
+    core. ``all`` and thread-count strategies other than a plain number count as every core."""
+    jobs = None
+    for arg in args:
+        for item in arg.split(",")[1:] if arg.startswith("-Wl,") else [arg]:
+            for prefix in ("-flto-jobs=", "--thinlto-jobs=", "-thinlto-jobs="):
+                if item.startswith(prefix) and item[len(prefix) :].isdigit():
+                    jobs = int(item[len(prefix) :]) or None
+    return jobs or os.cpu_count() or 1
+
+
+def is_link(args: list[str]) -> bool:
+    """Whether this driver call links: no ``-c``/``-E``/``-S``/… and at least one input."""
+    if "-c" in args or any(a in cc.NOT_SERVED for a in args):
+        return False
+    inputs, _ = cc.operands(args)
+    return bool(inputs)
+
+
+def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
+    """What a link step becomes: the extra arguments that make lld hand its ThinLTO backends to optgym (none:
+    clang's own link), and a note for the build, or ``None``."""
+    mode = cc.lto(args)
+    policy = lto_policy()
+    if mode is None or policy == "heuristic" or not is_link(args):
+        return [], None
+    if mode != "-flto=thin":
+        return [], f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
+    if not _uses_lld(args):
+        return [], "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does"
+    distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)), "--policy", policy]
+    return [
+        f"-Wl,--thinlto-distributor={distributor[0]}",
+        *(f"-Wl,--thinlto-distributor-arg={arg}" for arg in distributor[1:]),
+        f"-Wl,--thinlto-remote-compiler={clang}",
+    ], None
+
+
+def _backend(argv: list[str], policies: list[tuple[str, str]]) -> tuple[int, str | None, int]:
+    """One backend: served by the policy server, else clang's own. (exit status, warning or ``None``, decisions)."""
+    import subprocess
+
+    try:
+        reply = cc.serve_request(argv[0], argv[1:], policies, thinlto=True)
+    except (OSError, ValueError) as e:
+        reply = {"fallback": True, "warning": str(e)}
+    if not reply.get("fallback") and not reply.get("warning"):
+        return int(reply["returncode"]), None, int(reply.get("decisions", 0))
+    if os.environ.get("OPTGYM_STRICT") == "1" or not reply.get("fallback"):
+        return (1 if reply.get("fallback") else int(reply["returncode"])), reply.get("warning"), 0
+    return subprocess.run(argv).returncode, reply.get("warning") or "the backend fell back", 0
+
+
+def distribute(plan: str, jobs: int, policy: str) -> int:
+    """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time; the link's exit status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with open(plan, encoding="utf-8") as f:
+        spec = json.load(f)
+    common = spec["common"]["args"]
+    commands = [[*common, *BACKEND_FLAGS, *job["args"]] for job in spec["jobs"]]
+    policies = [("inline-size", policy)]
+    with ThreadPoolExecutor(max(1, min(jobs, len(commands) or 1))) as pool:
+        results = list(pool.map(lambda argv: _backend(argv, policies), commands))
+    failed = [w for _, w, _ in results if w]
+    strict = os.environ.get("OPTGYM_STRICT") == "1"
+    if failed:
+        kind = "error" if strict else "warning"
+        what = "(OPTGYM_STRICT=1)" if strict else "linked with clang's own backends for those"
+        sys.stderr.write(f"optgym-cc: {kind}: ThinLTO policy {policy}: {len(failed)} of {len(commands)} backends "
+                         f"were not served: {failed[0]}; {what}\n")  # fmt: skip
+    if os.environ.get("OPTGYM_VERBOSE") == "1":
+        served = len(commands) - len(failed)
+        sys.stderr.write(f"optgym-cc: ThinLTO: {served} of {len(commands)} backends served by {policy}, "
+                         f"{sum(d for _, _, d in results)} inlining decisions\n")  # fmt: skip
+    return next((status for status, _, _ in results if status != 0), 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m optgym_cc.thinlto --jobs N --policy SPEC PLAN.json``: lld's distributor."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        jobs = int(args[args.index("--jobs") + 1])
+        policy = args[args.index("--policy") + 1]
+        plan = args[-1]
+    except (ValueError, IndexError):
+        sys.stderr.write(f"optgym-cc: the ThinLTO distributor was called with {args}\n")
+        sys.exit(2)
+    sys.exit(distribute(plan, jobs, policy))
+
+
+if __name__ == "__main__":
+    main()
