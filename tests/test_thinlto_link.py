@@ -1,0 +1,240 @@
+"""ThinLTO links through optgym-c++ on the real clang-22 and lld-22: the backends are served, the program runs,
+a failure of the policy server mid-link costs nothing, and the links optgym cannot serve say why."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from optgym.toolchain import object_sizes
+
+BIN = Path(sys.executable).parent
+CXX = str(BIN / "optgym-c++")
+CLANGXX = "/usr/lib/llvm-22/bin/clang++"
+
+#: Six translation units with the standard library's templates in each: one backend per unit, with imports.
+UNIT = r"""
+#include <map>
+#include <string>
+#include <vector>
+#include <algorithm>
+std::string unit{i}(const std::vector<int>& v) {{
+  std::map<int, std::string> names;
+  for (int x : v) names[x % 7] += std::to_string(x * {i});
+  std::string out;
+  for (auto& [k, s] : names) {{ std::string t = s; std::reverse(t.begin(), t.end()); out += t.substr(0, 3); }}
+  return out;
+}}
+"""
+MAIN = r"""
+#include <iostream>
+#include <string>
+#include <vector>
+{decls}
+int main() {{
+  std::vector<int> v;
+  for (int i = 0; i < 40; ++i) v.push_back(i * i + 3);
+  std::string all;
+{calls}
+  std::cout << all.size() << ' ' << all.substr(0, 24) << '\n';
+  return 0;
+}}
+"""
+UNITS = 6
+
+
+@pytest.fixture(autouse=True)
+def short_lived_servers(monkeypatch):
+    monkeypatch.setenv("OPTGYM_SERVER_IDLE", "5")
+    for name in ("OPTGYM_STRICT", "OPTGYM_VERBOSE", "OPTGYM_LTO_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    for proc in _servers():
+        proc.kill()
+
+
+def _servers() -> list[psutil.Process]:
+    root = str(Path(os.environ["XDG_RUNTIME_DIR"]) / "optgym")
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "optgym.serve.server" in cmd and root in cmd:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    """The program's ThinLTO bitcode objects (compiled by clang-22 itself: the link is what is tested) and
+    its expected output."""
+    root = tmp_path_factory.mktemp("thinlto")
+    decls = "\n".join(f"std::string unit{i}(const std::vector<int>&);" for i in range(UNITS))
+    calls = "\n".join(f"  all += unit{i}(v);" for i in range(UNITS))
+    (root / "main.cpp").write_text(MAIN.format(decls=decls, calls=calls))
+    for i in range(UNITS):
+        (root / f"unit{i}.cpp").write_text(UNIT.format(i=i))
+    sources = ["main.cpp", *(f"unit{i}.cpp" for i in range(UNITS))]
+    subprocess.run([CLANGXX, "-Oz", "-flto=thin", "-c", *sources], cwd=root, check=True, timeout=300)
+    plain = subprocess.run([CLANGXX, "-Oz", "-flto=thin", "-fuse-ld=lld", *_objects(), "-o", "plain"], cwd=root,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    return root
+
+
+def _objects() -> list[str]:
+    return ["main.o", *(f"unit{i}.o" for i in range(UNITS))]
+
+
+def _link(root: Path, output: str, *extra: str, **env: str) -> subprocess.CompletedProcess:
+    command = [CXX, "-Oz", "-flto=thin", "-fuse-ld=lld", *extra, *_objects(), "-o", output]
+    return subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+
+
+def _run(path: Path) -> str:
+    return subprocess.run([path], capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def test_every_backend_is_served_and_the_program_runs(program):
+    linked = _link(program, "never", OPTGYM_LTO_POLICY="never", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
+    assert linked.returncode == 0, linked.stderr
+    served = [line for line in linked.stderr.splitlines() if "ThinLTO:" in line]
+    assert served and f"{UNITS + 1} of {UNITS + 1} backends served by never" in served[0], linked.stderr
+    decisions = int(served[0].split(",")[1].split()[0])
+    assert decisions > 0
+    assert _run(program / "never") == _run(program / "plain")
+    # the policy really decided: a program none of whose calls were inlined is larger than clang's ThinLTO link
+    assert object_sizes(program / "never").text_bytes > object_sizes(program / "plain").text_bytes
+
+
+def test_the_backends_run_side_by_side_up_to_the_links_jobs(program):
+    """With --thinlto-jobs=2 two backends are served at once, each with its own clang and channel."""
+    seen: set[int] = set()
+    most = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal most
+        while not done.is_set():
+            backends = [p for s in _servers() for p in _children(s) if "-fthinlto-index" in " ".join(_cmd(p))]
+            seen.update(p.pid for p in backends)
+            most = max(most, len(backends))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        linked = _link(program, "two", "-Wl,--thinlto-jobs=2", OPTGYM_LTO_POLICY="random:3", OPTGYM_STRICT="1")
+    finally:
+        done.set()
+        watcher.join()
+    assert linked.returncode == 0, linked.stderr
+    assert len(seen) == UNITS + 1  # every backend was a clang of the server's
+    assert most <= 2
+    assert _run(program / "two") == _run(program / "plain")
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _cmd(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_a_server_killed_mid_link_costs_the_link_nothing(program):
+    """SIGKILL to the policy server while a backend is being served: the link still succeeds (the backends that
+    were not served run as clang's own), says so in one warning line, and the program runs."""
+    killed = threading.Event()
+
+    def kill_at_first_backend() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed.is_set():
+            for server in _servers():
+                if any("-fthinlto-index" in " ".join(_cmd(p)) for p in _children(server)):
+                    server.send_signal(signal.SIGKILL)
+                    killed.set()
+                    return
+            time.sleep(0.002)
+
+    killer = threading.Thread(target=kill_at_first_backend)
+    killer.start()
+    linked = _link(program, "killed", "-Wl,--thinlto-jobs=1", OPTGYM_LTO_POLICY="random:1")
+    killer.join()
+    assert killed.is_set()
+    assert linked.returncode == 0, linked.stderr
+    warnings = [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")]
+    assert len(warnings) == 1 and "warning" in warnings[0] and "backends were not served" in warnings[0]
+    assert _run(program / "killed") == _run(program / "plain")
+    # the link's temporary files and lld's plan are gone
+    leftovers = [p.name for p in program.iterdir() if "native.o" in p.name or p.name.endswith(".json")]
+    assert leftovers == []
+
+
+def test_strict_refuses_a_link_whose_backends_cannot_be_served(program, tmp_path):
+    broken = tmp_path / "policy"
+    broken.mkdir()
+    (broken / "policy.json").write_text("{ not json")
+    linked = _link(program, "broken", OPTGYM_LTO_POLICY=str(broken))
+    assert linked.returncode == 0, linked.stderr
+    assert [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")] == [
+        next(line for line in linked.stderr.splitlines() if "warning" in line)
+    ]
+    assert (program / "broken").read_bytes() == (program / "plain").read_bytes()  # clang's own backends
+    strict = _link(program, "strict", OPTGYM_LTO_POLICY=str(broken), OPTGYM_STRICT="1")
+    assert strict.returncode != 0 and "optgym-cc: error:" in strict.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [(("-flto=full", "-fuse-ld=lld"), "full LTO"), (("-fuse-ld=bfd",), "only lld")],
+)
+def test_links_optgym_cannot_serve_pass_through_with_one_note(program, flags, why):
+    command = [CXX, "-Oz", "-flto=thin", *flags, *_objects(), "-o", "x"]
+    linked = subprocess.run(command, cwd=program, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "OPTGYM_LTO_POLICY": "never"})  # fmt: skip
+    notes = [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")]
+    assert len(notes) == 1 and "note" in notes[0] and why in notes[0], linked.stderr
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is installed by `make setup`")
+def test_a_cmake_ipo_build_with_a_static_library_links_through_optgym(tmp_path, program):
+    """CMAKE_INTERPROCEDURAL_OPTIMIZATION with a static library: CMake archives bitcode with LLVM 22's llvm-ar
+    found beside optgym-c++, and the link's backends are served."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ["main.cpp", *(f"unit{i}.cpp" for i in range(UNITS))]:
+        shutil.copy(program / name, src / name)
+    units = " ".join(f"unit{i}.cpp" for i in range(UNITS))
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(t CXX)\n"
+        f"add_library(units STATIC {units})\nadd_executable(app main.cpp)\ntarget_link_libraries(app units)\n"
+    )
+    env = {**os.environ, "CXX": CXX, "OPTGYM_LTO_POLICY": "never", "OPTGYM_VERBOSE": "1", "OPTGYM_STRICT": "1"}
+    configure = subprocess.run(
+        ["cmake", "-S", src, "-B", tmp_path / "b", "-DCMAKE_BUILD_TYPE=MinSizeRel",
+         "-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=ON", "-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    cache = (tmp_path / "b" / "CMakeCache.txt").read_text()
+    assert f"CMAKE_CXX_COMPILER_AR:FILEPATH={BIN}/optgym-llvm-ar" in cache
+    build = subprocess.run(["cmake", "--build", tmp_path / "b", "-j", "2"], capture_output=True, text=True, env=env,
+                           timeout=600)  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "backends served by never" in build.stdout + build.stderr
+    assert _run(tmp_path / "b" / "app") == _run(program / "plain")
