@@ -22,7 +22,7 @@ app.add_typer(corpus_app, name="corpus")
 app.add_typer(train_app, name="train")
 app.command("trace")(trace_command)
 app.command("vocab")(vocab_command)
-app.command("search")(search_command)  # issue 7 names it top-level; also `optgym train search`
+app.command("search")(search_command)  # top-level, and also `optgym train search`
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -332,6 +332,21 @@ def export(
         f"{prov.get('algorithm') or 'unknown algorithm'}, trained with {meta['compiler'] or 'an unrecorded compiler'}"
     )
     console.print(summary, highlight=False, soft_wrap=True)
+
+
+@app.command("results-page")
+def results_page(
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the page here (default: stdout)")] = None,
+) -> None:
+    """The results page (docs/results.md), generated from the shipped provenance files and the C portfolio."""
+    from optgym.evaluate.results_page import results_page as generate
+
+    text = generate()
+    if output is None:
+        print(text, end="")
+        return
+    output.write_text(text)
+    console.print(f"{output}: {len(text.splitlines())} lines", highlight=False)
 
 
 @app.command("compare-sizes")

@@ -1,0 +1,270 @@
+"""The results page (``docs/results.md``), generated from the files the package ships with its policies.
+
+Every figure comes from ``src/optgym/policies/pretrained/*.provenance.json`` and ``portfolio-c.json`` as
+``tools/ship_pretrained.py`` and ``tools/portfolio.py measure --record`` wrote them; nothing is typed by
+hand, so the page changes only when those files do (``optgym results-page -o docs/results.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "policies" / "pretrained"
+PORTFOLIO = "portfolio-c.json"
+COMMAND = "optgym results-page -o docs/results.md"
+LANGUAGES = ("C", "C++")
+
+SIZES = """\
+**What these figures are.** Every ratio here is a *per-object sum*: each module of a set is compiled to one
+object file with the policy and with clang-22 `-Oz`, and the ratio is the sum of the objects' sizes with the
+policy over their sum with clang (below 1: smaller). **Berkeley text** is `llvm-size`'s `text` — every
+allocated section that is executable or read-only (`.text*`, `.rodata*`, `.eh_frame`, `.gcc_except_table*`),
+the figure MLGO rewards; **.text** is the objects' `.text*` sections alone, also summed per object. None of
+them is a linked binary's `.text`: per-object sums count template copies and tables the linker may remove or
+keep, so linked ratios differ — those were measured on whole projects (`bench/heldout_linked.sh`,
+`optgym compare-sizes`) and are in the [research log](experiments/README.md). **> 1 % worse**: objects more
+than 1 % larger than clang's. **2 kB guard**: what `optgym-cc` builds by default, where an object under 2 kB of
+text that the policy made is compiled again by clang and the smaller kept (`OPTGYM_GUARD_BELOW`);
+**guarded**: every object the smaller of the two (`OPTGYM_GUARD=1`)."""
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} ({100 * part / whole:.1f} %)" if whole else str(part)
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _language_rows(label: str, figures: dict[str, Any]) -> list[list[Any]]:
+    """One row per language with modules: the figures ``optgym.evaluate.summarize`` recorded."""
+    rows = []
+    for language in LANGUAGES:
+        f = figures.get(language)
+        if not f or not f.get("evaluated"):
+            continue
+        below = f.get("guarded_below_ratio")
+        rows.append([
+            label, language, f["evaluated"], _ratio(f["total_ratio"]), _ratio(f["dottext_ratio"]),
+            _share(f["regressed_over_1pct"], f["evaluated"]), _ratio(f.get("guarded_ratio")),
+            "—" if below is None else f"{_ratio(below)}, {f.get('guarded_below_over_1pct', '—')} worse",
+        ])  # fmt: skip
+    return rows
+
+
+FIGURE_HEADER = ["set", "language", "modules", "Berkeley text", ".text", "> 1 % worse", "guarded", "2 kB guard"]
+
+
+def _provenances(directory: Path) -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*.provenance.json"))}
+
+
+def _shipped(provenances: dict[str, dict[str, Any]], portfolio: dict[str, Any] | None) -> list[str]:
+    rows = [
+        [f"`{p['policy']}`", p["problem"], p["algorithm"], p["created"][:10], f"`{p['command']}`"]
+        for p in provenances.values()
+    ]
+    if portfolio:
+        chosen = portfolio["chosen_on"]
+        rows.append([f"`{PORTFOLIO}`", f"portfolio for {portfolio['family']}",
+                     f"{len(portfolio['candidates'])} candidates, a build compiles {portfolio['default_candidates']}",
+                     "—", f"`{chosen['command']}`"])  # fmt: skip
+    compilers = sorted({p["compiler"] for p in provenances.values()})
+    return [
+        "## The shipped files",
+        "",
+        *_table(["file", "problem", "trained by", "created", "command"], rows),
+        f"Compiler: {', '.join(compilers)}.",
+        "",
+    ]
+
+
+def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
+    """The sets of packages outside the training list, once per distinct record (the files share it)."""
+    groups: dict[str, list[str]] = {}
+    for name, p in provenances.items():
+        entries = p["figures"].get("unseen_packages_with_shipped_policies")
+        if entries:
+            groups.setdefault(json.dumps(entries, sort_keys=True), []).append(name)
+    out = ["## Packages outside the training list", ""]
+    for key, names in groups.items():
+        entries = json.loads(key)
+        out += [
+            f"Every shipped policy together ({', '.join(entries[0]['with'])}), C compiled as `optgym-cc` builds it by "
+            "default (`candidates`: how many of the portfolio's candidates each C object was compiled by). "
+            f"Recorded in {', '.join(f'`{n}`' for n in names)}.",
+            "",
+        ]
+        rows = []
+        for e in entries:
+            for row in _language_rows(e["corpus"], e):
+                rows.append([*row[:1], e["measured"][:10], e.get("candidates", "—"), *row[1:]])
+        for language in LANGUAGES:  # pooled: each set's ratio weighted by clang's bytes (.text bytes unrecorded)
+            sets = [e[language] for e in entries if e.get(language, {}).get("evaluated")]
+            clang = sum(f["heuristic_text_bytes"] for f in sets)
+            if not clang:
+                continue
+            modules = sum(f["evaluated"] for f in sets)
+            pooled = {k: _ratio(sum(f[k] * f["heuristic_text_bytes"] for f in sets) / clang)
+                      for k in ("total_ratio", "guarded_ratio", "guarded_below_ratio")}  # fmt: skip
+            worse, below = (sum(f[k] for f in sets) for k in ("regressed_over_1pct", "guarded_below_over_1pct"))
+            rows.append([f"all {len(sets)} sets", "", "", language, modules, pooled["total_ratio"], "—",
+                         _share(worse, modules), pooled["guarded_ratio"],
+                         f"{pooled['guarded_below_ratio']}, {below} worse"])  # fmt: skip
+        header = [FIGURE_HEADER[0], "measured", "candidates", *FIGURE_HEADER[1:]]
+        out += _table(header, rows)
+        out += ["Packages (Debian bookworm versions are in the files):", ""]
+        out += [f"- {e['corpus']}: {', '.join(sorted(e['packages']))}" for e in entries]
+        out.append("")
+    return out
+
+
+def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
+    sections = {
+        "heldout": "held-out split, this policy alone",
+        "heldout_with_shipped_policies": "held-out split, every shipped policy together",
+        "training_sample": "training sample, this policy alone",
+        "fresh_packages_with_shipped_policies": "fresh packages, every policy shipped then",
+    }
+    out = ["## Each policy's own record", ""]
+    for p in provenances.values():
+        figures = p["figures"]
+        out += [f"### `{p['policy']}` ({p['problem']}, created {p['created'][:10]})", ""]
+        held = ", ".join(sorted(p.get("heldout_packages", {})))
+        if held:
+            out += [f"Held-out packages (never trained on): {held}.", ""]
+        rows = [row for key, label in sections.items() if key in figures for row in _language_rows(label, figures[key])]
+        out += _table(FIGURE_HEADER, rows)
+        fresh = figures.get("fresh_packages_with_shipped_policies", {}).get("packages")
+        if fresh:
+            out += [f"Fresh packages: {', '.join(sorted(fresh))}.", ""]
+        training = figures.get("training", {})
+        if training.get("candidates"):
+            out += _candidates(training)
+    return out
+
+
+def _candidates(training: dict[str, Any]) -> list[str]:
+    """``optgym train threshold``'s candidates: the chosen rule per language and every candidate's figures."""
+    tuned = training.get("tuned_on", {})
+    chosen = "; ".join(f"{language}: `{rule}`" for language, rule in training.get("chosen", {}).items())
+    rows = []
+    for c in training["candidates"]:
+        for language in LANGUAGES:
+            f = c.get(language)
+            if not f:
+                continue
+            samples = " · ".join(
+                f"{_ratio(s['total_ratio'])}, {100 * s['regressed_share']:.1f} %" for s in f.get("samples", [])
+            )
+            share = f"{100 * f['regressed_share']:.1f} %"
+            rows.append([f"`{c['up']}`", language, f["evaluated"], _ratio(f["total_ratio"]),
+                         _ratio(f["dottext_ratio"]), share, samples or "—"])  # fmt: skip
+    return [
+        f"Chosen by `optgym train threshold` ({chosen}) on {tuned.get('modules', '?')} modules of the training "
+        f"side ({tuned.get('samples', 1)} samples at sampling rate {tuned.get('sampling_rate', '?')}):",
+        "",
+        *_table(["candidate", "language", "modules", "Berkeley text", ".text", "> 1 % worse", "per sample"], rows),
+    ]
+
+
+def _portfolio(portfolio: dict[str, Any]) -> list[str]:
+    chosen = portfolio["chosen_on"]
+    training = {f["candidate"]: f for f in chosen["figures"]}
+    rows = []
+    for n, c in enumerate(portfolio["candidates"], 1):
+        f = training.get(c["name"], {})
+        figure = f"{_ratio(f['alone'])} alone" if "alone" in f else _ratio(f.get("best_of"))
+        flags = " ".join(c.get("flags", [])) or "—"
+        rows.append([n, c["name"], f"`{flags}`" if c.get("flags") else flags, figure])
+    out = [
+        f"## The C portfolio (`{PORTFOLIO}`)",
+        "",
+        f"A C object is compiled by the first N candidates and the smallest object kept; a default build compiles "
+        f"N = {portfolio['default_candidates']} (`OPTGYM_CANDIDATES`). Chosen on {chosen['modules']} modules of "
+        f"`{chosen['corpus']}` (split `{chosen['split']}`): each candidate's training figure is the total with the "
+        "candidates up to it, per module the smallest (the first: alone). The file records no dates.",
+        "",
+        *_table(["N", "candidate", "flags", "training sample"], rows),
+    ]
+    measured = portfolio.get("measured", {})
+    count = max((len(m["prefixes"]) for m in measured.values()), default=0)
+    rows = []
+    for name, m in measured.items():
+        prefixes = m["prefixes"]
+        cells = [
+            f"{_ratio(p['total_ratio'])}" + (f", {p['over_1pct']} worse" if p["over_1pct"] else "") for p in prefixes
+        ]
+        modules = prefixes[0]["modules"] if prefixes else 0
+        rows.append([f"`{name}`", modules, *cells, *["—"] * (count - len(cells))])
+    unseen = [m for name, m in measured.items() if not name.endswith("(test)")]
+    clang = sum(m["clang_text_bytes"] for m in unseen)
+    if clang:
+        pooled = [
+            _ratio(sum(m["prefixes"][i]["total_ratio"] * m["clang_text_bytes"] for m in unseen) / clang)
+            + (f", {worse} worse" if (worse := sum(m["prefixes"][i]["over_1pct"] for m in unseen)) else "")
+            for i in range(min(len(m["prefixes"]) for m in unseen))
+        ]
+        modules = sum(m["prefixes"][0]["modules"] for m in unseen)
+        rows.append([f"the {len(unseen)} sets outside the training list", modules, *pooled])
+    out += [
+        "Berkeley text against clang-22 `-Oz` with the first N candidates (`tools/portfolio.py measure --record`; "
+        "`CORPUS (test)` is that corpus's held-out split):",
+        "",
+        *_table(["set", "modules", *(f"N = {i}" for i in range(1, count + 1))], rows),
+    ]
+    rows = []
+    for name, m in measured.items():
+        first = m["prefixes"][0] if m["prefixes"] else {}
+        bounds = first.get("guard_bounds", {})
+        if not bounds:
+            continue
+        cells = [f"{_ratio(b['total_ratio'])}, {b['over_1pct']} worse, {100 * b['second_compile']:.0f} %"
+                 for b in bounds.values()]  # fmt: skip
+        rows.append([f"`{name}`", f"{_ratio(first.get('guarded_below_ratio'))}, "
+                     f"{first.get('guarded_below_over_1pct')} worse", *cells])  # fmt: skip
+    if rows:
+        bounds = next(iter(m["prefixes"][0].get("guard_bounds", {}) for m in measured.values()))
+        out += [
+            "One compile (N = 1) with clang's compile only after an object under the bound (`OPTGYM_GUARD_BELOW`): "
+            "total, modules > 1 % worse, and the share of the first compile's time given to the second:",
+            "",
+            *_table(["set", "2 kB guard", *(f"below {b} B" for b in bounds)], rows),
+        ]
+    out += ["Packages:", ""]
+    out += [f"- `{name}`: {', '.join(m['packages'])}" for name, m in measured.items()]
+    return [*out, ""]
+
+
+def results_page(directory: Path = PRETRAINED_DIR) -> str:
+    """The Markdown of ``docs/results.md`` from the provenance files and the portfolio in ``directory``."""
+    provenances = _provenances(directory)
+    portfolio_path = directory / PORTFOLIO
+    portfolio = json.loads(portfolio_path.read_text()) if portfolio_path.is_file() else None
+    lines = [
+        "# Results",
+        "",
+        f"<!-- Generated by `{COMMAND}` from src/optgym/policies/pretrained/*.provenance.json and "
+        f"{PORTFOLIO}. Do not edit by hand. -->",
+        "",
+        "What the shipped policies do against clang-22 `-Oz`, as the files shipped with them record it. How "
+        "each was trained and chosen, and the figures measured along the way (linked binaries, build times, "
+        "test suites), are in the [research log](experiments/README.md).",
+        "",
+        SIZES,
+        "",
+        *_shipped(provenances, portfolio),
+        *_unseen(provenances),
+        *(_portfolio(portfolio) if portfolio else []),
+        *_per_policy(provenances),
+    ]
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,116 @@
+"""docs/results.md is generated from the shipped provenance files, and the committed page is that output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from optgym.evaluate.results_page import PORTFOLIO, PRETRAINED_DIR, results_page
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
+
+
+def _rows(page: str, first_cell: str) -> list[list[str]]:
+    """The cells of every table row of ``page`` whose first cell is ``first_cell``."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| ")]
+    return [r for r in rows if r[0] == first_cell]
+
+
+def test_the_shipped_policies_have_provenance():
+    assert {p.name for p in PROVENANCES} >= {
+        "inline-size.provenance.json",
+        "regalloc-evict.provenance.json",
+        "regalloc-priority.provenance.json",
+    }
+    assert (PRETRAINED_DIR / PORTFOLIO).is_file()
+
+
+def test_every_unseen_set_appears_with_its_figures():
+    page = results_page()
+    for path in PROVENANCES:
+        provenance = json.loads(path.read_text())
+        entries = provenance["figures"]["unseen_packages_with_shipped_policies"]
+        assert entries, path.name
+        assert f"`{path.name}`" in page  # named as a file that records them
+        for entry in entries:
+            rows = {r[3]: r for r in _rows(page, entry["corpus"])}  # language → row
+            for language in ("C", "C++"):
+                figures = entry[language]
+                if not figures["evaluated"]:
+                    assert language not in rows
+                    continue
+                row = rows[language]
+                assert row[1] == entry["measured"][:10] and row[2] == str(entry["candidates"])
+                assert row[4] == str(figures["evaluated"])
+                assert row[5] == f"{figures['total_ratio']:.4f}"
+                assert row[6] == f"{figures['dottext_ratio']:.4f}"
+                assert row[7].startswith(f"{figures['regressed_over_1pct']} (")
+                assert row[9] == f"{figures['guarded_below_ratio']:.4f}, {figures['guarded_below_over_1pct']} worse"
+            for package in entry["packages"]:
+                assert package in page
+
+
+def test_held_out_figures_of_every_policy():
+    page = results_page()
+    for path in PROVENANCES:
+        provenance = json.loads(path.read_text())
+        section = page.split(f"### `{provenance['policy']}`", 1)[1].split("\n### ", 1)[0]
+        for language in ("C", "C++"):
+            figures = provenance["figures"]["heldout"][language]
+            row = next(r for r in _rows(section, "held-out split, this policy alone") if r[1] == language)
+            assert row[2:5] == [
+                str(figures["evaluated"]),
+                f"{figures['total_ratio']:.4f}",
+                f"{figures['dottext_ratio']:.4f}",
+            ]
+        assert provenance["command"] in page
+
+
+def test_portfolio_prefixes_and_pooled_total():
+    page = results_page()
+    portfolio = json.loads((PRETRAINED_DIR / PORTFOLIO).read_text())
+    assert portfolio["chosen_on"]["command"] in page
+    for name, measured in portfolio["measured"].items():
+        row = _rows(page, f"`{name}`")[0]
+        default = measured["prefixes"][portfolio["default_candidates"] - 1]
+        assert row[1] == str(default["modules"])
+        assert row[1 + default["compiles"]].startswith(f"{default['total_ratio']:.4f}")
+    # the sets outside the training list pooled by clang's bytes: the README's headline figure for C
+    unseen = [m for name, m in portfolio["measured"].items() if not name.endswith("(test)")]
+    pooled = _rows(page, f"the {len(unseen)} sets outside the training list")[0]
+    clang = sum(m["clang_text_bytes"] for m in unseen)
+    expected = sum(m["prefixes"][1]["total_ratio"] * m["clang_text_bytes"] for m in unseen) / clang
+    assert pooled[3] == f"{expected:.4f}"
+
+
+def test_the_page_follows_the_files(tmp_path):
+    """A figure changed in a provenance file changes the page: nothing in it is typed by hand."""
+    shutil.copytree(PRETRAINED_DIR, tmp_path / "pretrained", ignore=shutil.ignore_patterns("*.onnx"))
+    path = tmp_path / "pretrained" / "regalloc-evict.provenance.json"
+    provenance = json.loads(path.read_text())
+    provenance["figures"]["heldout"]["C"]["total_ratio"] = 0.12344
+    path.write_text(json.dumps(provenance))
+    page = results_page(tmp_path / "pretrained")
+    assert "| held-out split, this policy alone | C | 158 | 0.1234 |" in page
+    assert page != results_page()
+
+
+def test_committed_results_page_is_the_generated_one():
+    committed = (ROOT / "docs" / "results.md").read_text()
+    assert committed == results_page(), "docs/results.md is stale: run `optgym results-page -o docs/results.md`"
+
+
+def test_results_page_command(tmp_path):
+    out = tmp_path / "results.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optgym.cli", "results-page", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == results_page()
