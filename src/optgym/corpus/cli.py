@@ -193,7 +193,7 @@ def debian_cmd(
     packages: Annotated[list[str] | None, typer.Argument(help="Debian source packages (bookworm)")] = None,
     output: Output = Path("corpus-debian"),
     preset: Annotated[
-        str | None, typer.Option("--preset", help="demo (three small packages) | train (the issue's full list)")
+        str | None, typer.Option("--preset", help="demo (three small packages) | train (the full training list)")
     ] = None,
     build_deps: Annotated[bool, typer.Option("--build-deps", help="apt-get build-dep each package first")] = False,
     opt: Opt = "-Oz",

@@ -45,7 +45,7 @@ APT_DIR = Path("/etc/apt")
 DEB_SRC_FILE = APT_DIR / "sources.list.d" / "optgym-deb-src.sources"
 APT_LOCK_WAIT = 900  # seconds apt-get waits for dpkg's lock held by another apt
 
-#: Training packages (issue 3); ``demo`` is small enough to build in a few minutes on 2 cores.
+#: Training packages (``--preset train``); ``demo`` is small enough to build in a few minutes on 2 cores.
 CXX_PACKAGES = [
     "ninja-build",
     "googletest",

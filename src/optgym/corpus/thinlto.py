@@ -1,9 +1,9 @@
 """Corpora of distributed-ThinLTO backend compiles.
 
 Why: a ThinLTO backend decides its inlining after importing other modules' functions and after the
-link has internalized what nothing outside needs, so its room differs from a per-TU compile's (README,
-issue 7). This is the corpus to measure and train on there — the kind MLGO itself trains on
-(``extract_ir --thinlto_build=distributed``).
+link has internalized what nothing outside needs, so its room differs from a per-TU compile's
+(docs/experiments/2026-11-24-thinlto.md). This is the corpus to measure and train on there — the kind
+MLGO itself trains on (``extract_ir --thinlto_build=distributed``).
 
 Each module of such a corpus is a ThinLTO pre-link bitcode object ``NAME.bc`` with its individual index
 ``NAME.bc.thinlto.bc`` beside it, written by one ``lld --thinlto-index-only`` link of its program; its

@@ -25,7 +25,7 @@ allocated section that is executable or read-only (`.text*`, `.rodata*`, `.eh_fr
 the figure MLGO rewards; **.text** is the objects' `.text*` sections alone, also summed per object. None of
 them is a linked binary's `.text`: per-object sums count template copies and tables the linker may remove or
 keep, so linked ratios differ — those were measured on whole projects (`bench/heldout_linked.sh`,
-`optgym compare-sizes`) and are in the [research log](experiments/README.md). **> 1 % worse**: objects more
+`optgym compare-sizes`) and are in the [research log](experiments/). **> 1 % worse**: objects more
 than 1 % larger than clang's. **2 kB guard**: what `optgym-cc` builds by default, where an object under 2 kB of
 text that the policy made is compiled again by clang and the smaller kept (`OPTGYM_GUARD_BELOW`);
 **guarded**: every object the smaller of the two (`OPTGYM_GUARD=1`)."""
@@ -258,7 +258,7 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
         "",
         "What the shipped policies do against clang-22 `-Oz`, as the files shipped with them record it. How "
         "each was trained and chosen, and the figures measured along the way (linked binaries, build times, "
-        "test suites), are in the [research log](experiments/README.md).",
+        "test suites), are in the [research log](experiments/).",
         "",
         SIZES,
         "",

@@ -1,7 +1,8 @@
 """A portfolio: the compiles a build may spend on one object, in order; the smallest object is kept.
 
 Why: for C, every decision channel an unmodified clang-22 opens is nearly spent by the shipped scorers (a
-per-module oracle over ten nearby scorers buys ~0.25 % per channel, README). What is left is per-object
+per-module oracle over ten nearby scorers buys ~0.25 % per channel:
+docs/experiments/2026-11-24-register-allocation.md). What is left is per-object
 luck — one object is smaller with another allocator scorer, another with an option of a pass in ``-Oz``'s
 own pipeline (a threshold, or the pass skipped) — and a build that values bytes over compile time can buy
 it: compile the object ``N`` ways and keep the smallest. Every candidate is a correct program by
@@ -15,7 +16,7 @@ build compiles unless asked for another count; each candidate ``{"name", "polici
 "flags": [...]}``. A spec is ``pretrained`` (the policy shipped
 for that problem) or a file name relative to the portfolio's directory; a candidate without policies and
 flags is clang's own compile. The shipped portfolio (:data:`PRETRAINED_PORTFOLIO`) was chosen greedily
-on training modules (README, "A portfolio for C").
+on training modules (docs/experiments/2026-11-25-portfolio.md).
 """
 
 from __future__ import annotations

@@ -223,12 +223,12 @@ class ResidualScorer(CandidateScorer):
     """``score_c = Σ_f w_f x_{f,c} + Σ_h v_h tanh(c_h + Σ_f U_{f,h} z_{f,c})``, ``z = sign(x) ln(1 + |x|)``.
 
     Why: the linear scorer weighs each feature alone, and on the training modules it stopped improving at
-    ~0.995 of ``-Oz`` however ES was run (README, eviction) — whether evicting a range pays may depend on two
-    features together (a long range that is also local; a dense one that is also hinted). A few hidden units
-    can learn such a pairing; the log keeps the counts and lengths, which span 1 to 10⁴, from saturating
-    ``tanh``. It starts as the linear scorer it extends (``v = 0``, :meth:`extending`), so ES begins from that
-    scorer's decisions exactly. Parameters for ES: ``w``, then ``U`` (row-major, one row per feature), ``c``,
-    ``v``."""
+    ~0.995 of ``-Oz`` however ES was run (docs/experiments/2026-11-24-register-allocation.md) — whether
+    evicting a range pays may depend on two features together (a long range that is also local; a dense one
+    that is also hinted). A few hidden units can learn such a pairing; the log keeps the counts and lengths,
+    which span 1 to 10⁴, from saturating ``tanh``. It starts as the linear scorer it extends (``v = 0``,
+    :meth:`extending`), so ES begins from that scorer's decisions exactly. Parameters for ES: ``w``, then ``U``
+    (row-major, one row per feature), ``c``, ``v``."""
 
     form = RESIDUAL_FORM
 

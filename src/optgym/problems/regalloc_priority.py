@@ -17,7 +17,8 @@ replayed, as in :mod:`optgym.problems.regalloc_evict`.
 The policy form is a log-linear scorer (:class:`optgym.policies.scorer.LogLinearScorer`): priority =
 e^b · Π_f x_f^{w_f}, clipped to the unsigned range. It starts at ``weight`` · 10⁶ — heaviest spill
 weight first, the 10⁶ keeping weights (≈10⁻³) above the cast's cut to 0 — which alone makes C code 0.9968 of
-the default's on a 404-module training sample (each module's own flags; README, issue-7 part).
+the default's on a 404-module training sample (each module's own flags;
+docs/experiments/2026-11-24-register-allocation.md).
 
 Objective, for optgym's size target: the object's Berkeley ``text``, rewarded as inline-size is.
 """

@@ -106,7 +106,7 @@ class ThresholdConfig:
     output: str
     split: str | None = "train"  # tuned on this side; the final policy is evaluated on both
     up: list[str] = field(default_factory=lambda: ["none", "0", "2", "5", "10", "10/2", "10/4"])  # see parse_shift
-    max_regressed: float = 0.02  # share of a language's modules > 1 % worse a candidate may have (issue 7: 2 %)
+    max_regressed: float = 0.02  # share of a language's modules > 1 % worse a candidate may have (the target's 2 %)
     sampling_rate: float = 1.0  # tune on this reproducible fraction of the modules (MLGO's sampling rate)
     seed: int = 0
     workers: int | None = None
@@ -298,7 +298,7 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
 
 def summary_figures(rows: Sequence[Any], keys: Sequence[str] = REPORTED) -> dict[str, Any]:
     """``keys`` of the evaluation summary of some modules, with the share of them more than 1 % worse (the
-    issue's regression bar) — what the tuner and ``tools/ship_pretrained.py`` report per language."""
+    size target's regression bar) — what the tuner and ``tools/ship_pretrained.py`` report per language."""
     from optgym.evaluate.evaluation import summarize
 
     figures = summarize(rows)
