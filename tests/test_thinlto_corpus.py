@@ -203,3 +203,47 @@ def test_thinlto_backends_travel_to_ray_workers_as_paths(tmp_path):
     module = Module("m", tmp_path / "m.bc", tmp_path / "m.cmd")
     assert module.thinlto_index == tmp_path / "m.bc.thinlto.bc"
     assert portable_modules([module], workers=2, ray_address="127.0.0.1:1") == [module]
+
+
+CAPTURED_CMAKE = """cmake_minimum_required(VERSION 3.16)
+project(captured C CXX)
+add_library(twice STATIC lib.c)
+add_executable(app main.cpp)
+target_link_libraries(app twice)
+"""
+MAIN_CPP = (
+    '#include <string>\nextern "C" int twice(int);\n'
+    "int main(int argc, char **argv) { std::string s(argv[0]); return twice(argc + (int)s.size()) & 1; }\n"
+)
+
+
+def test_a_builds_real_links_become_a_corpus_whose_modules_compile_to_what_the_link_got(toolchain, tmp_path):
+    """``--build``: a CMake build with a static library, linked with ThinLTO by lld. Every backend of the program's
+    link is a module (not CMake's compiler probes), its language is its source's, and compiling it from the corpus
+    gives the native object lld linked, byte for byte — also for the member lld extracted from the archive."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(CAPTURED_CMAKE)
+    (src / "lib.c").write_text(LIB)
+    (src / "main.cpp").write_text(MAIN_CPP)
+    corpus_dir = tmp_path / "corpus"
+    result = subprocess.run([*OPTGYM, "--build", str(src), "-o", str(corpus_dir), "-j", "2"],
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0 and "2 ThinLTO backends" in result.stdout, result.stdout + result.stderr
+    corpus = Corpus(corpus_dir)
+    modules = {m.name.split("/")[-1]: m for m in corpus}
+    member = next(name for name in modules if name.startswith("libtwice.a_lib.c.o_at_"))
+    assert sorted(modules) == sorted(["main.cpp", member]) and all(m.name.startswith("app/") for m in corpus)
+    assert modules["main.cpp"].language == "C++" and modules[member].language == "C"
+
+    problem = get_problem("inline-size")
+    from optgym.rollout import plain_compile
+
+    for module in corpus:
+        kept, replayed = tmp_path / f"{module.name.replace('/', '_')}.o", tmp_path / "replayed.o"
+        assert plain_compile(problem, module, toolchain, keep_object=kept).ok
+        linked = [p for p in module.workdir.glob("*.native.o") if p.read_bytes() == kept.read_bytes()]
+        assert len(linked) == 1  # the object lld linked into app
+        heuristic = rollout(problem, module, toolchain, resolve_policy("heuristic").build(), keep_object=replayed)
+        assert heuristic.result.ok and replayed.read_bytes() == kept.read_bytes()
+    assert rollout(problem, modules["main.cpp"], toolchain, resolve_policy("heuristic").build()).result.decisions > 0

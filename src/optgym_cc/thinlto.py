@@ -39,6 +39,11 @@ PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, "inline-size-thinlto.onnx")
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
 
 
+#: ``OPTGYM_THINLTO_CAPTURE=DIR``: every backend of every ThinLTO link is recorded in ``DIR`` for a corpus
+#: (:func:`capture`), whatever the policy; ``optgym corpus thinlto --build`` sets it.
+CAPTURE = "OPTGYM_THINLTO_CAPTURE"
+
+
 def lto_policy() -> str:
     """``OPTGYM_LTO_POLICY`` as a spec the server loads: ``pretrained`` becomes the shipped file's path."""
     spec = os.environ.get("OPTGYM_LTO_POLICY") or cc.default_policy(PRETRAINED_LTO)
@@ -80,7 +85,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     clang's own link), and a note for the build, or ``None``."""
     mode = cc.lto(args)
     policy = lto_policy()
-    if mode is None or policy == "heuristic" or not is_link(args):
+    if mode is None or (policy == "heuristic" and not os.environ.get(CAPTURE)) or not is_link(args):
         return [], None
     if mode != "-flto=thin":
         return [], f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
@@ -94,10 +99,63 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     ], None
 
 
+def keep_outputs(spec: dict, workdir: str) -> None:
+    """Hard-link (or copy) each backend's native object into its captured working directory."""
+    import shutil
+
+    for job in spec["jobs"]:
+        for path in job["outputs"]:
+            if os.path.exists(path) and not os.path.isabs(path):
+                target = os.path.normpath(os.path.join(workdir, path))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                try:
+                    os.link(path, target)
+                except OSError:
+                    shutil.copyfile(path, target)
+
+
+def capture(spec: dict, root: str) -> str:
+    """Record the backends of lld's plan ``spec`` under ``root`` for a corpus, before they run; the working
+    directory made for them (lld deletes the
+    index files and the archive members it extracted once the link is done).
+
+    A backend reads its module, its index and the modules it imports under the paths the link named them by,
+    relative to the link's directory (CMake's ``CMakeFiles/x.dir/a.c.o``, lld's ``lib.a(m.o at 156).2.54B4.o``):
+    its module identifier is that path, and a compile given another path for it compiles to nothing. So every
+    input is hard-linked (or copied) into a fresh working directory of this link at the same relative path, and
+    ``backends.jsonl`` gets one line per job: that directory and the job's command (lld's common arguments and
+    the job's own, the module first), run there. Absolute inputs
+    stay where they are (a toolchain's, the build tree's); ``..`` in a path is met by nesting the directory."""
+    import shutil
+    import tempfile
+
+    jobs = spec["jobs"]
+    inputs = sorted({path for job in jobs for path in job["inputs"] if not os.path.isabs(path)})
+    depth = max((len(p) - len(p.lstrip("./")) for p in inputs), default=0)  # a safe bound on leading ".."s
+    os.makedirs(os.path.join(root, "links"), exist_ok=True)
+    link_dir = tempfile.mkdtemp(prefix=os.path.basename(spec["common"].get("linker_output", "link")) + ".",
+                                dir=os.path.join(root, "links"))  # fmt: skip
+    workdir = os.path.join(link_dir, *(["w"] * depth))
+    for path in inputs:
+        target = os.path.normpath(os.path.join(workdir, path))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)
+    where = {"workdir": os.path.relpath(workdir, root), "link": spec["common"].get("linker_output"), "cwd": os.getcwd()}
+    records = [json.dumps(where | {"common": spec["common"]["args"], "job": job["args"]}) for job in jobs]
+    with open(os.path.join(root, "backends.jsonl"), "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in records))  # one write: parallel links do not interleave lines
+    return workdir
+
+
 def _backend(argv: list[str], policies: list[tuple[str, str]]) -> tuple[int, str | None, int]:
     """One backend: served by the policy server, else clang's own. (exit status, warning or ``None``, decisions)."""
     import subprocess
 
+    if policies[0][1] == "heuristic":  # clang's own decisions (a corpus capture): no server
+        return subprocess.run(argv).returncode, None, 0
     try:
         reply = cc.serve_request(argv[0], argv[1:], policies, thinlto=True)
     except (OSError, ValueError) as e:
@@ -115,11 +173,14 @@ def distribute(plan: str, jobs: int, policy: str) -> int:
 
     with open(plan, encoding="utf-8") as f:
         spec = json.load(f)
+    captured = capture(spec, root) if (root := os.environ.get(CAPTURE)) else None
     common = spec["common"]["args"]
     commands = [[*common, *BACKEND_FLAGS, *job["args"]] for job in spec["jobs"]]
     policies = [("inline-size", policy)]
     with ThreadPoolExecutor(max(1, min(jobs, len(commands) or 1))) as pool:
         results = list(pool.map(lambda argv: _backend(argv, policies), commands))
+    if captured is not None:  # what the link got from each backend, beside its module: what a corpus replays
+        keep_outputs(spec, captured)
     failed = [w for _, w, _ in results if w]
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     if failed:

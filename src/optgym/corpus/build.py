@@ -27,6 +27,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,11 +132,14 @@ def _mirror(src: Path, dst: Path) -> None:
                     ignore=shutil.ignore_patterns(".git", WORK_DIR))  # fmt: skip
 
 
-def write_compiler_wrappers(bin_dir: Path, cc: str, cxx: str, opt: str) -> tuple[str, str]:
-    """``bin_dir/embed-cc`` and ``embed-c++``: clang with the caller's arguments, then ``opt``, the embedding
-    flags and ``-fno-lto`` — so they win over whatever a build's own flags say (see the module doc)."""
+def write_compiler_wrappers(
+    bin_dir: Path, cc: str, cxx: str, opt: str, tail_flags: Sequence[str] = (*EMBED, *NO_LTO)
+) -> tuple[str, str]:
+    """``bin_dir/embed-cc`` and ``embed-c++``: clang with the caller's arguments, then ``opt`` and ``tail_flags``
+    (the embedding flags and ``-fno-lto``) — so they win over whatever a build's own flags say (see the module
+    doc)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    tail = shlex.join([opt, *EMBED, *NO_LTO])
+    tail = shlex.join([opt, *tail_flags])
     paths = []
     for name, compiler in zip(WRAPPER_NAMES, map(shlex.quote, (cc, cxx)), strict=True):
         path = bin_dir / name
@@ -185,7 +189,8 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
             f"-DCMAKE_C_FLAGS={e.flags}", f"-DCMAKE_CXX_FLAGS={e.flags}",
             # a project that defaults to Release would otherwise append -O3 after our level
             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_C_FLAGS_RELEASE=-DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG",
-            "-DBUILD_TESTING=OFF", *e.configure_args,
+            "-DBUILD_TESTING=OFF", f"-DCMAKE_AR={e.env['AR']}", f"-DCMAKE_RANLIB={e.env['RANLIB']}",
+            *e.configure_args,
         ], build, e.env, e.logs)  # fmt: skip
         keep_going = ["--", "-k", "0"] if (build / "build.ninja").exists() else ["--", "-k"]
         argv = ["cmake", "--build", str(build), "--parallel", e.jobs, *keep_going]
@@ -233,7 +238,23 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
     return build, compdb, _run_step("build", argv, build, e.env, e.logs, check=False)
 
 
-def build_tree(
+@dataclass
+class FinishedBuild:
+    """A source tree's build, before anything is taken from it."""
+
+    build_system: str
+    build_dir: Path
+    compdb: Path
+    build_seconds: float
+    returncode: int
+    notes: list[str]
+
+
+#: What a ThinLTO capture build compiles and links with (see :func:`run_build`).
+THINLTO_FLAGS = ("-flto=thin", "-fuse-ld=lld", "-Wno-unused-command-line-argument")
+
+
+def run_build(
     toolchain: Toolchain,
     src: Path,
     dest: Path,
@@ -242,19 +263,19 @@ def build_tree(
     workers: int | None = None,
     build_system: str | None = None,
     configure_args: Sequence[str] = (),
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    keep_variants: bool = False,
-    strict: bool = False,
     logs: Path | None = None,
-    provenance: Mapping[str, Any] | None = None,
-    max_decisions: int | None = None,
-) -> BuildResult:
-    """Build ``src`` with bitcode embedded and make ``dest`` a corpus of its objects.
+    thinlto_capture: Path | None = None,
+) -> FinishedBuild:
+    """Configure and build ``src`` out of tree under ``dest``'s work directory, every compile at ``opt``.
 
-    Without ``build_system``, a tree that offers several (zlib: CMake and its own configure) falls
-    back to the next one when a configure step fails — Debian's repacked sources sometimes drop files
-    that one of them needs. The failed attempt's logs stay in ``logs/<system>-failed/``.
+    By default with bitcode embedded in every object (a per-TU corpus is then extracted from them). With
+    ``thinlto_capture``, as a real ``-flto=thin`` build linked by lld instead, through ``optgym-cc`` with clang's
+    own decisions: every backend of every link is recorded in that directory as it runs
+    (:func:`optgym_cc.thinlto.capture`), which :func:`optgym.corpus.thinlto.corpus_from_capture` makes a corpus.
+
+    Without ``build_system``, a tree that offers several (zlib: CMake and its own configure) falls back to the
+    next one when a configure step fails — Debian's repacked sources sometimes drop files that one of them
+    needs. The failed attempt's logs stay in ``logs/<system>-failed/``.
     """
     src, dest = Path(src).absolute(), Path(dest).absolute()
     if not src.is_dir():
@@ -264,9 +285,23 @@ def build_tree(
         raise CorpusError(f"unknown build system {systems[0]!r}; one of {', '.join(BUILD_SYSTEMS)}")
     recover(dest)
     logs = Path(logs) if logs else dest / LOGS_DIR
-    flags = shlex.join([*EMBED, opt])
-    compilers = (dest / WORK_DIR / "bin", str(toolchain.clang), str(toolchain.tool("clang++")), opt)
-    cc, cxx = write_compiler_wrappers(*compilers)
+    capture_env: dict[str, str] = {}
+    if thinlto_capture is None:
+        flags = shlex.join([*EMBED, opt])
+        compilers = (dest / WORK_DIR / "bin", str(toolchain.clang), str(toolchain.tool("clang++")), opt)
+        tail: Sequence[str] = (*EMBED, *NO_LTO)
+    else:
+        flags = shlex.join([opt, *THINLTO_FLAGS])
+        launchers = Path(sys.executable).parent
+        compilers = (dest / WORK_DIR / "bin", str(launchers / "optgym-cc"), str(launchers / "optgym-c++"), opt)
+        tail = THINLTO_FLAGS
+        Path(thinlto_capture).mkdir(parents=True, exist_ok=True)
+        capture_env = {"OPTGYM_THINLTO_CAPTURE": str(Path(thinlto_capture).absolute()), "OPTGYM_LLVM_DIR":
+                       str(toolchain.clang.parent)}  # fmt: skip
+        # clang's own decisions everywhere: the compile steps pass straight through, the links run clang's backends
+        capture_env |= dict.fromkeys(("OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY",
+                                      "OPTGYM_LTO_POLICY"), "heuristic")  # fmt: skip
+    cc, cxx = write_compiler_wrappers(*compilers, tail)
     e = _Env(
         src=src,
         work=dest / WORK_DIR,
@@ -286,6 +321,7 @@ def build_tree(
             "LC_ALL": "C",
             "AR": str(toolchain.tool("llvm-ar")),
             "RANLIB": str(toolchain.tool("llvm-ranlib")),
+            **capture_env,
         },
         configure_args=configure_args,
     )
@@ -304,20 +340,44 @@ def build_tree(
             for log in logs.glob("*.log"):
                 os.replace(log, failed / log.name)
             shutil.rmtree(e.work, ignore_errors=True)
-            write_compiler_wrappers(*compilers)  # they lived in the work dir too
+            write_compiler_wrappers(*compilers, tail)  # they lived in the work dir too
             notes.append(f"{system} {err.step} failed (logs in {failed}); used {systems[i + 1]}")
-    build_seconds = time.perf_counter() - start
+    return FinishedBuild(system, build, compdb, time.perf_counter() - start, returncode, notes)
+
+
+def build_tree(
+    toolchain: Toolchain,
+    src: Path,
+    dest: Path,
+    *,
+    opt: str = "-Oz",
+    workers: int | None = None,
+    build_system: str | None = None,
+    configure_args: Sequence[str] = (),
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    keep_variants: bool = False,
+    strict: bool = False,
+    logs: Path | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    max_decisions: int | None = None,
+) -> BuildResult:
+    """Build ``src`` with bitcode embedded (:func:`run_build`) and make ``dest`` a corpus of its objects."""
+    logs = Path(logs) if logs else Path(dest).absolute() / LOGS_DIR
+    done = run_build(toolchain, src, dest, opt=opt, workers=workers, build_system=build_system,
+                     configure_args=configure_args, logs=logs)  # fmt: skip
     build_log = logs / "build.log"
-    if returncode != 0:
-        if strict or not compdb.exists():
-            raise BuildStepError("build", returncode, build_log)
-        notes.append(f"the build step failed (exit {returncode}, log {build_log}); kept the objects that were built")
-    if not compdb.exists():
-        raise CorpusError(f"the build wrote no compile database at {compdb}; see {build_log}")
+    if done.returncode != 0:
+        if strict or not done.compdb.exists():
+            raise BuildStepError("build", done.returncode, build_log)
+        done.notes.append(f"the build step failed (exit {done.returncode}, log {build_log}); kept the objects that "
+                          "were built")  # fmt: skip
+    if not done.compdb.exists():
+        raise CorpusError(f"the build wrote no compile database at {done.compdb}; see {build_log}")
     report = extract(
         toolchain,
-        compdb,
-        dest,
+        done.compdb,
+        Path(dest).absolute(),
         workers=workers,
         include=include,
         exclude=exclude,
@@ -326,12 +386,13 @@ def build_tree(
         max_decisions=max_decisions,
         opt=opt,
         provenance={
-            "source_dir": str(src),
-            "build_system": system,
+            "source_dir": str(Path(src).absolute()),
+            "build_system": done.build_system,
             "opt": opt,
-            "build_seconds": round(build_seconds, 1),
-            "partial": returncode != 0,
+            "build_seconds": round(done.build_seconds, 1),
+            "partial": done.returncode != 0,
             **(provenance or {}),
         },
     )
-    return BuildResult(system, build, compdb, build_seconds, returncode != 0, report, notes)
+    return BuildResult(done.build_system, done.build_dir, done.compdb, done.build_seconds, done.returncode != 0,
+                       report, done.notes)  # fmt: skip

@@ -207,6 +207,10 @@ def debian_cmd(
     add: Annotated[
         bool, typer.Option("--add", help="keep the packages OUTPUT already holds and add these (no rebuild)")
     ] = False,
+    thinlto: Annotated[
+        bool,
+        typer.Option("--thinlto", help="build with -flto=thin and lld: the corpus is the backends of the real links"),
+    ] = False,
 ) -> None:
     """Fetch Debian source packages, build each with its upstream build system, merge them into one corpus.
 
@@ -236,7 +240,7 @@ def debian_cmd(
         _fail(str(e))
     if written:
         console.print(f"[yellow]apt had no deb-src entry:[/] wrote {written} and ran apt-get update", highlight=False)
-    tasks = [debian.PackageTask(n, str(output), opt, workers, build_deps, keep_build) for n in names]
+    tasks = [debian.PackageTask(n, str(output), opt, workers, build_deps, keep_build, thinlto) for n in names]
     results: list = []
     # one package at a time: each build already uses every worker (make -j/ninja -j)
     for _, result in run_tasks(
@@ -448,6 +452,13 @@ def thinlto_cmd(
         list[Path] | None, typer.Argument(help="bitcode objects of a -flto=thin build (or --from a corpus)")
     ] = None,
     output: Output = Path("corpus-thinlto"),
+    build: Annotated[
+        Path | None,
+        typer.Option("--build", help="a source tree: build it with -flto=thin and lld, and take its links' backends"),
+    ] = None,
+    configure_arg: Annotated[
+        list[str] | None, typer.Option("--configure-arg", help="with --build: for the configure step (repeatable)")
+    ] = None,
     source: Annotated[
         Path | None, typer.Option("--from", help="a per-TU corpus: link each package's programs from its modules")
     ] = None,
@@ -463,25 +474,28 @@ def thinlto_cmd(
         list[str] | None, typer.Option("--link-arg", help="with objects: passed to the index-only link (repeatable)")
     ] = None,
     opt: Annotated[
-        str, typer.Option("--opt", help="with objects: the backends' level (--from keeps each module's own)")
+        str, typer.Option("--opt", help="with objects and --build: the compile level (--from keeps each module's own)")
     ] = "-Oz",
     workers: Workers = None,
 ) -> None:
     """A corpus of distributed-ThinLTO backend compiles (MLGO's ``--thinlto_build=distributed``).
 
     Each module is one backend: its pre-link bitcode, the index its program's link wrote, and the
-    backend ``-cc1``. From objects: one link of all of them. ``--from`` a per-TU corpus: each module is
+    backend ``-cc1``. ``--build SRC``: every link of a real ``-flto=thin`` build of the tree, as it ran.
+    From objects: one link of all of them. ``--from`` a per-TU corpus: each module is
     pre-linked from its bitcode and command, and each package's programs (modules defining ``main``)
     are linked against the rest of the package as an archive; a package without one as a shared library.
     """
     from optgym.corpus.corpus import Corpus
-    from optgym.corpus.thinlto import corpus_from_corpus, corpus_from_objects
+    from optgym.corpus.thinlto import corpus_from_build, corpus_from_corpus, corpus_from_objects
     from optgym.errors import OptgymError
 
-    if bool(objects) == bool(source):
-        _fail("give either bitcode objects or --from CORPUS")
+    if sum(map(bool, (objects, source, build))) != 1:
+        _fail("give one of: bitcode objects, --from CORPUS, --build SRC")
     try:
-        if source is not None:
+        if build is not None:
+            count = corpus_from_build(build, output, opt=opt, workers=workers, configure_args=configure_arg or [])
+        elif source is not None:
             chosen = [p.strip() for p in packages.split(",") if p.strip()] if packages else None
             count = corpus_from_corpus(Corpus(source, split=split), output, language=None if language == "all" else
                                        language, packages=chosen, max_programs=max_programs,

@@ -34,6 +34,9 @@ _DROP_FLAGS = ("-fembed-bitcode", "-fembed-bitcode=all", "-fembed-bitcode=bitcod
 _DROP_WITH_VALUE = ("-o", "-x", "-dependency-file", "-MT", "-MF", "-MQ")
 #: A distributed ThinLTO backend's flag: its value is the index file the compile reads.
 THINLTO_INDEX = "-fthinlto-index="
+#: Beside a backend captured from a real link (``NAME.site``): the directory it runs in (relative to the file),
+#: the path its module is named by there, and its source language — see :attr:`Module.site`.
+SITE_SUFFIX = ".site"
 
 
 def sanitize_cc1_args(args: Sequence[str]) -> list[str]:
@@ -75,9 +78,41 @@ class Module:
         return sanitize_cc1_args(args)
 
     @cached_property
+    def site(self) -> tuple[Path, str, str] | None:
+        """Where a ThinLTO backend captured from a real link runs: (working directory, the path of its module
+        there, its source language), or ``None`` for a module that compiles anywhere.
+
+        Such a backend reads its module and the modules it imports under the paths its link named them by, often
+        relative ones (``CMakeFiles/x.dir/a.c.o``); its module identifier is that path, and a compile given
+        another path for it silently compiles nothing. So it runs in the directory the capture rebuilt around
+        it (:func:`optgym.corpus.thinlto.corpus_from_capture`), with that path."""
+        path = self.command.with_name(self.command.name.removesuffix(".cmd") + SITE_SUFFIX)
+        try:
+            workdir, source, language = path.read_text().splitlines()[:3]
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise CorpusError(f"module {self.name}: {path} is not a backend's site") from None
+        return (path.parent / workdir).resolve(), source, language
+
+    def files(self) -> list[tuple[str, Path]]:
+        """The module's files by suffix — ``.bc``, ``.cmd``, and a captured backend's ``.site``: what a merge
+        links into another corpus."""
+        site = self.command.with_name(self.command.name.removesuffix(".cmd") + SITE_SUFFIX)
+        return [(".bc", self.bitcode), (".cmd", self.command), *([(SITE_SUFFIX, site)] if site.exists() else [])]
+
+    @property
+    def workdir(self) -> Path | None:
+        """The directory the module's compile runs in (see :attr:`site`); ``None``: any."""
+        return self.site[0] if self.site else None
+
+    @cached_property
     def language(self) -> str:
         """C, C++, … from the command as clang recorded it (the sanitized one drops ``-x``)."""
         from optgym.toolchain.language import language
+
+        if self.site:  # a backend's command compiles IR: the language is the one its source was compiled from
+            return self.site[2]
 
         try:
             raw = self.command.read_bytes()
@@ -97,14 +132,18 @@ class Module:
         if not self.bitcode.exists():
             raise CorpusError(f"module {self.name}: its bitcode {self.bitcode} is missing")
         # the real path: a ThinLTO backend finds its own summaries in the index under the path it was linked
-        # as (its module identifier is the input path); a relative one compiles silently to nothing
-        return [str(clang), *self.cc1_args, *extra, "-x", "ir", str(self.bitcode.resolve()), "-o", str(output)]
+        # as (its module identifier is the input path); a relative one compiles silently to nothing — except for
+        # a captured backend, run in its working directory under the path its link gave it (see `site`)
+        source = self.site[1] if self.site else str(self.bitcode.resolve())
+        return [str(clang), *self.cc1_args, *extra, "-x", "ir", source, "-o", str(output)]
 
     @cached_property
     def thinlto_index(self) -> Path | None:
         """The index file of a distributed-ThinLTO backend (see :mod:`optgym.corpus.thinlto`), else None."""
         found = [a.removeprefix(THINLTO_INDEX) for a in self.cc1_args if a.startswith(THINLTO_INDEX)]
-        return Path(found[-1]) if found else None
+        if not found:
+            return None
+        return self.workdir / found[-1] if self.workdir else Path(found[-1])
 
     @cached_property
     def digest(self) -> str:

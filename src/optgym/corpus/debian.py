@@ -316,6 +316,7 @@ class PackageTask:
     workers: int | None
     build_deps: bool
     keep_build: bool
+    thinlto: bool = False  # the backends of the package's real ThinLTO links, not its per-TU objects
 
 
 def build_package(task: PackageTask) -> PackageResult:
@@ -338,7 +339,7 @@ def _build_package(task: PackageTask) -> PackageResult:
     done = package_dir(dest, task.name)
     logs = dest / LOGS_DIR / task.name
     meta = read_description(done).get("optgym", {}).get("debian")
-    if meta and meta.get("opt") == task.opt:
+    if meta and meta.get("opt") == task.opt and meta.get("thinlto", False) == task.thinlto:
         return PackageResult(task.name, "cached", meta["source"], meta["version"], meta.get("build_system", ""),
                              len(Corpus(done)), 0.0, log=str(logs))  # fmt: skip
     result = PackageResult(task.name, "fetch_failed", log=str(logs))
@@ -366,35 +367,40 @@ def _build_package(task: PackageTask) -> PackageResult:
         result.source, result.version = _parse_dsc(dscs[0])
         for path, text in PACKAGE_FILES.get(task.name, {}).items():
             (trees[0] / path).write_text(text.format(multiarch=multiarch()))
+        configure_args = PACKAGE_CONFIGURE_ARGS.get(task.name, ())
         try:
-            built = build_tree(
-                find_toolchain(),
-                trees[0],
-                done,
-                opt=task.opt,
-                workers=task.workers,
-                configure_args=PACKAGE_CONFIGURE_ARGS.get(task.name, ()),
-                logs=logs,
-                provenance={},
-            )
+            if task.thinlto:
+                from optgym.corpus.thinlto import corpus_from_build
+
+                built = None
+                start_build = time.perf_counter()
+                result.modules = corpus_from_build(trees[0], done, opt=task.opt, workers=task.workers,
+                                                   configure_args=configure_args, logs=logs)  # fmt: skip
+                build_system, partial, build_seconds = "thinlto", False, time.perf_counter() - start_build
+            else:
+                built = build_tree(find_toolchain(), trees[0], done, opt=task.opt, workers=task.workers,
+                                   configure_args=configure_args, logs=logs, provenance={})  # fmt: skip
+                result.modules = len(built.extract.modules)
+                result.notes = [*built.notes, *filter(None, [built.extract.opt_warning()])]
+                build_system, partial, build_seconds = built.build_system, built.partial, built.build_seconds
         except BuildStepError as e:
             result.status, result.detail, result.log = "build_failed", f"step '{e.step}' failed", str(e.log)
             return result
         except OptgymError as e:
             result.status, result.detail = "build_failed", str(e).splitlines()[0]
             return result
-        result.build_system, result.modules = built.build_system, len(built.extract.modules)
-        result.notes = [*built.notes, *filter(None, [built.extract.opt_warning()])]
+        result.build_system = build_system
         # mark the package done: its description now names its source and version
         description = read_description(done)
         description["optgym"]["debian"] = {
             "package": task.name,
             "source": result.source,
             "version": result.version,
-            "build_system": built.build_system,
+            "build_system": build_system,
             "opt": task.opt,
-            "partial": built.partial,
-            "build_seconds": round(built.build_seconds, 1),
+            "thinlto": task.thinlto,
+            "partial": partial,
+            "build_seconds": round(build_seconds, 1),
             "built": now(),
         }
         write_description(done, description["modules"], description["optgym"])
@@ -473,8 +479,8 @@ def merge_packages(
         for prefix, name, m in plan:
             if name in left_out:
                 continue
-            link_or_copy(m.bitcode, staging / f"{name}.bc")
-            link_or_copy(m.command, staging / f"{name}.cmd")
+            for suffix, path in m.files():
+                link_or_copy(path, staging / f"{name}{suffix}")
             names.append(name)
             packages[prefix]["modules"] += 1
         if not names:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optgym.corpus.corpus import Corpus, Module
-from optgym.toolchain.language import language
 
 if TYPE_CHECKING:  # the corpus layer imports parallel/ only where it fans out
     from optgym.parallel.portable import PortableModule
@@ -162,7 +161,7 @@ def corpus_info(
     for m in corpus:
         wanted[m.name] = requested_opt(meta, package_of(m.name, has_packages))
         args = raw_cc1_args(m)
-        lang, size = language(args), m.bitcode.stat().st_size
+        lang, size = m.language, m.bitcode.stat().st_size
         languages[lang] += 1
         levels[opt_level(args)] += 1
         total_bc += size

@@ -67,8 +67,8 @@ def merge_corpora(
         raise CorpusError("the merged corpus would have no module (check --include/--exclude/--max-decisions)")
     with staging_dir(dest) as staging:
         for name, module in plan:
-            link_or_copy(module.bitcode, staging / f"{name}.bc")
-            link_or_copy(module.command, staging / f"{name}.cmd")
+            for suffix, path in module.files():
+                link_or_copy(path, staging / f"{name}{suffix}")
         meta: dict[str, Any] = {
             "provenance": {
                 "tool": "optgym corpus merge",

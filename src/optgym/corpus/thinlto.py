@@ -13,8 +13,11 @@ Every optgym command (search, evaluate, train) then runs on it unchanged, and cl
 the backend's object byte for byte. The index names the other modules by absolute path, and a backend
 finds its own summaries under the path it was linked as: the corpus does not move.
 
-Two sources:
+Three sources:
 
+* :func:`corpus_from_build` — the real ``-flto=thin`` links of a source tree's build (``optgym corpus thinlto
+  --build``, ``optgym corpus debian --thinlto``): each module is a backend exactly as its link ran it, with the
+  link's own symbol resolution, libraries and options (:func:`corpus_from_capture`);
 * :func:`corpus_from_objects` — the bitcode objects of a real ``-flto=thin`` build and its link;
 * :func:`corpus_from_corpus` — a per-TU corpus (``optgym corpus debian``): every module is compiled to
   its pre-link object from the bitcode and ``-cc1`` command the corpus holds, and each program of a
@@ -25,6 +28,7 @@ Two sources:
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -32,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optgym.corpus.corpus import THINLTO_INDEX, Corpus, Module, sanitize_cc1_args, write_corpus
+from optgym.corpus.corpus import SITE_SUFFIX, THINLTO_INDEX, Corpus, Module, sanitize_cc1_args, write_corpus
 from optgym.errors import CorpusError
 from optgym.parallel import run_tasks
 from optgym.toolchain import find_toolchain
@@ -273,3 +277,107 @@ def corpus_from_corpus(
         shutil.rmtree(root, ignore_errors=True)
         raise
     return len(entries)
+
+
+# --- from real links ------------------------------------------------------------------------------------------
+
+#: Where a capture build records its links' backends (inside the corpus: the modules run there).
+CAPTURE_DIR = "captured"
+
+
+def _source_language(module: str) -> str:
+    """The language a backend's module was compiled from, read off its object's name as the build made it:
+    ``a.cpp.o`` (CMake), ``lib.a(b.cc.o at 156).2.54B4.o`` (a member lld extracted), ``x.o`` (Make: C)."""
+    from optgym.toolchain.language import CXX_SUFFIXES
+
+    name = module.split("(", 1)[1].split(" at ", 1)[0] if "(" in module else module
+    stem = name.removesuffix(".o").removesuffix(".obj")
+    return "C++" if stem.endswith(CXX_SUFFIXES) else "C"
+
+
+#: Links a build system makes to probe the compiler, not the program: CMake's (``cmTC_…``, the compiler-id
+#: ``a.out``, under ``CMakeFiles/``), Meson's (under ``meson-private/``), autoconf's (``conftest``).
+PROBE_LINKS = ("cmTC_", "a.out", "conftest")
+PROBE_DIRS = ("/CMakeFiles/", "/meson-private")
+
+
+def _configure_check(record: dict) -> bool:
+    link = Path(record["link"] or "").name
+    return link.startswith(PROBE_LINKS) or any(d in record["cwd"] + "/" for d in PROBE_DIRS)
+
+
+def _captured_cc1(clang: Path, record: dict, workdir: Path) -> list[str]:
+    """The ``-cc1`` arguments of one captured backend (the driver's ``-###`` in its working directory), without
+    its module and output."""
+    module, *rest = record["job"]
+    driver = [str(clang), "-###", *record["common"][1:], module, *rest]
+    listing = subprocess.run(driver, capture_output=True, text=True, check=True, timeout=60, cwd=workdir).stderr
+    cc1 = next(shlex.split(line) for line in listing.splitlines() if '"-cc1"' in line)[1:]
+    last = len(cc1) - 1 - cc1[::-1].index(module)  # the input; -main-file-name names it too, and stays
+    return sanitize_cc1_args(cc1[:last] + cc1[last + 1 :])
+
+
+def corpus_from_capture(capture: Path, root: Path, *, prefix: str = "") -> int:
+    """Make ``root`` a corpus of the backends a capture build recorded in ``capture``; the number of modules.
+
+    ``capture`` lives inside ``root`` (the modules run in its working directories: see
+    :attr:`optgym.corpus.corpus.Module.site`). A module is named ``<prefix><link output>/<module path>``; a
+    backend whose files are gone (a configure check's link, run in a directory the build system removed) is left
+    out, and so are the links a build system makes to probe the compiler. A link made twice (a build re-run)
+    counts once: the last one."""
+    clang = find_toolchain().clang
+    lines = (capture / "backends.jsonl").read_text().splitlines() if (capture / "backends.jsonl").exists() else []
+    latest: dict[tuple[str, str], dict] = {}
+    for line in lines:
+        record = json.loads(line)
+        if not _configure_check(record):
+            latest[(record["link"] or "link", record["job"][0])] = record
+    entries: list[tuple[str, bytes, list[str]]] = []
+    sites: dict[str, str] = {}
+    for (link, module), record in sorted(latest.items()):
+        workdir = (capture / record["workdir"]).resolve()
+        bitcode = workdir / module
+        if not bitcode.exists():
+            continue
+        try:
+            command = _captured_cc1(clang, record, workdir)
+        except (subprocess.CalledProcessError, StopIteration):
+            continue
+        clean = module.replace("(", "_").replace(")", "_").replace(" ", "_").lstrip("./")
+        name = f"{prefix}{link.strip('./').replace('/', '_')}/{clean.removesuffix('.o')}"
+        entries.append((name, bitcode.read_bytes(), command))
+        sites[name] = f"{workdir}\n{module}\n{_source_language(module)}\n"
+    if not entries:
+        raise CorpusError(f"{capture} recorded no ThinLTO backend whose files are still there")
+    for name, text in sites.items():  # before the description: a corpus with a description is complete
+        path = root / f"{name}{SITE_SUFFIX}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    write_corpus(root, entries, source=f"real ThinLTO links captured in {capture}")
+    return len(entries)
+
+
+def corpus_from_build(
+    src: Path,
+    root: Path,
+    *,
+    opt: str = "-Oz",
+    workers: int | None = None,
+    build_system: str | None = None,
+    configure_args: Sequence[str] = (),
+    prefix: str = "",
+    logs: Path | None = None,
+) -> int:
+    """Build ``src`` with ``-flto=thin`` linked by lld, every backend of every link recorded, and make ``root`` a
+    corpus of those backends (:func:`corpus_from_capture`); the number of modules."""
+    from optgym.corpus.build import run_build
+
+    root = Path(root).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    done = run_build(find_toolchain(), src, root, opt=opt, workers=workers, build_system=build_system,
+                     configure_args=configure_args, logs=logs, thinlto_capture=root / CAPTURE_DIR)  # fmt: skip
+    try:
+        return corpus_from_capture(root / CAPTURE_DIR, root, prefix=prefix)
+    except CorpusError as e:
+        log = (Path(logs) if logs else root / "logs") / "build.log"
+        raise CorpusError(f"{e} (build exit {done.returncode}; log {log})") from None

@@ -155,6 +155,7 @@ class Episode:
             transcript=transcript,
             meta={"module": module.name, "problem": problem.name, "compiler": toolchain.banner},
             stdout=self._object,
+            cwd=module.workdir,
         )
         self.view: FeatureView | None = None
         self.observation: Observation | None = None
@@ -287,7 +288,8 @@ def plain_compile(
 ) -> EpisodeResult:
     """The module compiled by the compiler alone (its own heuristic), measured by ``problem``."""
     with tempfile.TemporaryFile() as obj:
-        res = run(module.argv(toolchain.clang, problem.compile_flags(), "-"), timeout=timeout, stdout=obj)
+        argv = module.argv(toolchain.clang, problem.compile_flags(), "-")
+        res = run(argv, timeout=timeout, stdout=obj, cwd=module.workdir)
         return _result(problem, module.name, res.status, res.detail, res.seconds, res.stderr_tail, obj, keep_object)
 
 
