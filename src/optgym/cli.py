@@ -382,6 +382,49 @@ def compare_sizes(
     console.print(table)
 
 
+@app.command("compare-build")
+def compare_build(
+    source: Annotated[Path, typer.Argument(help="the project's source tree (left untouched)")],
+    lto: Annotated[str | None, typer.Option(help="thin | full: both builds with -flto=MODE, linked by lld")] = None,
+    test: Annotated[bool, typer.Option("--test", help="run the project's test suite in both builds")] = False,
+    target: Annotated[str | None, typer.Option(help="a target triple (--target=TRIPLE) for both builds")] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="the build trees, logs and reports")] = Path(
+        "compare-build"
+    ),
+    build_system: Annotated[str, typer.Option(help="auto | cmake | meson | autotools | make")] = "auto",
+    configure_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="one more argument for the configure step (make: for make), both builds; repeatable"),
+    ] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel build jobs (default: all cores)")] = None,
+    opt: Annotated[str, typer.Option(help="the optimization level of both builds")] = "-Oz",
+    allow_fallback: Annotated[
+        bool, typer.Option("--allow-fallback", help="let a compile optgym could not serve fall back to clang")
+    ] = False,
+) -> None:
+    """Build a project twice — clang-22, then optgym-cc/optgym-c++, same flags — and compare its LINKED outputs.
+
+    Writes OUTPUT/report.json and OUTPUT/report.md and prints the latter. The optgym build runs with the
+    caller's OPTGYM_* settings and OPTGYM_STRICT=1. Exits 1 if a build fails or a test fails only in the
+    optgym build."""
+    from optgym.errors import OptgymError
+    from optgym.evaluate.build_compare import CompareOptions, write_report
+    from optgym.evaluate.build_compare import compare_build as run_compare
+
+    options = CompareOptions(source=source, outdir=output, build_system=build_system, lto=lto, target=target,
+                             opt=opt, configure_args=tuple(configure_arg or ()), jobs=jobs or os.cpu_count() or 1,
+                             test=test, allow_fallback=allow_fallback)  # fmt: skip
+    try:
+        report = run_compare(options, progress=lambda line: err.print(line, highlight=False, markup=False))
+    except OptgymError as e:
+        _fail(str(e))
+    print(write_report(report, Path(report["outdir"])))
+    for problem in report["problems"]:
+        err.print(problem, style="bold red", highlight=False, markup=False)
+    if report["problems"]:
+        raise typer.Exit(1)
+
+
 @app.command()
 def demo(
     output: Annotated[Path, typer.Option("-o", "--output", help="where everything goes")] = Path("demo-out"),
