@@ -119,8 +119,9 @@ def served(args: list[str], levels: tuple[str, ...], serve_lto: bool = False) ->
     """Whether this invocation compiles exactly one C/C++ source to an object at a served -O level.
 
     An LTO compile step writes bitcode whose inlining the link's own inliner goes over again; the
-    shipped policy learned per-object decisions, and under ThinLTO they do not carry over (README), so
-    such steps pass through unless ``serve_lto`` (``OPTGYM_SERVE_LTO=1``) asks for them."""
+    shipped policy learned per-object decisions, and under ThinLTO they do not carry over (measured: a
+    ThinLTO woff2 5.7 % larger in linked ``.text``), so such steps pass through unless ``serve_lto``
+    (``OPTGYM_SERVE_LTO=1``) asks for them. The link's backends are served instead (:mod:`optgym_cc.thinlto`)."""
     if "-c" not in args or any(a in NOT_SERVED for a in args) or (not serve_lto and lto(args)):
         return False
     opt = [a for a in args if a.startswith("-O")]

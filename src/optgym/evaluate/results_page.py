@@ -24,7 +24,7 @@ policy over their sum with clang (below 1: smaller). **Berkeley text** is `llvm-
 allocated section that is executable or read-only (`.text*`, `.rodata*`, `.eh_frame`, `.gcc_except_table*`),
 the figure MLGO rewards; **.text** is the objects' `.text*` sections alone, also summed per object. None of
 them is a linked binary's `.text`: per-object sums count template copies and tables the linker may remove or
-keep, so linked ratios differ — those are measured on whole projects (`optgym compare-build`; earlier
+keep, so linked ratios differ — those are measured on whole projects (`optgym compare-build`; before it,
 `bench/heldout_linked.sh`) and are in the [research log](experiments/). **> 1 % worse**: objects more
 than 1 % larger than clang's. **2 kB guard**: what `optgym-cc` builds by default, where an object under 2 kB of
 text that the policy made is compiled again by clang and the smaller kept (`OPTGYM_GUARD_BELOW`);
