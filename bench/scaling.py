@@ -66,7 +66,7 @@ class Measured:
 
 def _warm(seconds: float) -> int:
     """A warm-up task: imports what evaluate_module imports and holds its worker a moment (so all start)."""
-    import optgym.evaluate.evaluation  # noqa: F401
+    import optgym.train.evaluation  # noqa: F401
 
     time.sleep(seconds)
     return os.getpid()
@@ -97,8 +97,8 @@ def make_corpus(root: Path, variants: int, salt: str):
 
 
 def tasks_for(corpus, policy: str, refs: Sequence[Any] | None = None) -> list:
-    from optgym.evaluate.evaluation import _Task
     from optgym.policies import resolve_policy
+    from optgym.train.evaluation import _Task
 
     factory = resolve_policy(policy)
     return [_Task("inline-size", refs[i] if refs else m, m.name, factory, "eval", i, 300.0)
@@ -112,7 +112,7 @@ def run(executor, fn: Callable, items: Sequence[Any]) -> tuple[float, list[Any]]
 
 
 def measure_evaluation(name: str, executor, corpus, policy: str, upload: Callable | None = None) -> Measured:
-    from optgym.evaluate.evaluation import evaluate_module
+    from optgym.train.evaluation import evaluate_module
 
     run(executor, _warm, [0.3] * (2 * executor.workers))
     start = time.perf_counter()
@@ -158,9 +158,9 @@ def main() -> int:
         os.environ["OPTGYM_CACHE_DIR"] = str(work / "cache")  # before any worker starts: they inherit it
         os.environ.pop("OPTGYM_RAY_ADDRESS", None)
 
+        from optgym.corpus.portable import upload
         from optgym.parallel import ProcessExecutor
         from optgym.parallel import ray_backend as backend
-        from optgym.parallel.portable import upload
         from optgym.parallel.ray_local import LocalCluster
 
         executors: dict[str, Any] = {}

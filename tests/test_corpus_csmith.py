@@ -26,9 +26,10 @@ from optgym.corpus.csmith import (
     module_name,
 )
 from optgym.corpus.extract import extract, over_limit_reason
-from optgym.corpus.info import SizeTask, heuristic_decisions
+from optgym.corpus.info import SizeTask
 from optgym.corpus.merge import merge_corpora
 from optgym.errors import CorpusError
+from optgym.rollout.heuristic import heuristic_decisions
 
 SEED = 15
 

@@ -9,8 +9,8 @@ import pytest
 
 from optgym.corpus import Corpus
 from optgym.evaluate import evaluate, summarize
-from optgym.evaluate.evaluation import GUARD_BELOW
 from optgym.evaluate.report import write_report
+from optgym.train.evaluation import GUARD_BELOW
 
 IDENTITY = {"policy": "p", "problem": "inline-size", "corpus": "c", "compiler": "clang"}
 
@@ -59,7 +59,7 @@ def test_results_are_cached(corpus, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a cached evaluation must not compile")
 
-    monkeypatch.setattr("optgym.evaluate.evaluation.rollout", boom)
+    monkeypatch.setattr("optgym.train.evaluation.rollout", boom)
     rows = evaluate("always", corpus, workers=1, progress=False)
     assert all(r.ok for r in rows)
 

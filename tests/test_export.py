@@ -18,7 +18,7 @@ from optgym.cli import app
 from optgym.corpus import Corpus
 from optgym.policies import resolve_policy
 from optgym.policies.embedded import GRAPH_SHA_KEY, POLICY_KEY, ExportedPolicy, load_embedded, read_model_fields
-from optgym.policies.export import ExportError, OnnxPolicy
+from optgym.policies.exported import ExportError, OnnxPolicy
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
 from optgym.problems.inputs import RESIDUAL_EXTRAS

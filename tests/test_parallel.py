@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from optgym.corpus import Corpus
+from optgym.corpus.portable import ModuleRef, module_digest, modules_dir, portable_modules
 from optgym.errors import CorpusError, OptgymError
 from optgym.parallel import (
     Executor,
@@ -30,7 +31,6 @@ from optgym.parallel import (
     ray_backend_address,
     resolve_ray_address,
 )
-from optgym.parallel.portable import ModuleRef, module_digest, modules_dir, portable_modules
 
 
 @dataclass(frozen=True)
@@ -311,8 +311,8 @@ def test_evaluation_with_module_refs_matches(corpus, tmp_path, monkeypatch):
     """evaluate_module on a ref (bytes only, the corpus gone) gives the row it gives from the corpus."""
     from dataclasses import asdict, replace
 
-    from optgym.evaluate.evaluation import _Task, evaluate_module
     from optgym.policies import resolve_policy
+    from optgym.train.evaluation import _Task, evaluate_module
 
     copy = tmp_path / "c"
     shutil.copytree(corpus.root, copy)
@@ -340,7 +340,7 @@ def make_policy_dir(path: Path) -> Path:
 
 
 def test_tree_ref_carries_a_policy_directory(tmp_path, monkeypatch):
-    from optgym.parallel.portable import TreeRef, _materializing_builder
+    from optgym.parallel.portable import TreeRef, materializing_builder
     from optgym.policies import resolve_policy
 
     policy_dir = make_policy_dir(tmp_path / "run" / "policy")
@@ -351,13 +351,13 @@ def test_tree_ref_carries_a_policy_directory(tmp_path, monkeypatch):
     copy = ref.materialize()
     assert isinstance(copy, str) and Path(copy).name == "policy" and Path(copy).is_dir()
     assert ref.materialize() == copy  # once per node
-    policy = _materializing_builder(factory.builder, ref)
+    policy = materializing_builder(factory.builder, ref)
     assert policy.hidden == [8]
 
 
 def test_local_policies_are_left_alone(tmp_path, monkeypatch):
-    from optgym.parallel.portable import portable_policy
     from optgym.policies import resolve_policy
+    from optgym.policies.portable import portable_policy
 
     monkeypatch.delenv("OPTGYM_RAY_ADDRESS", raising=False)
     factory = resolve_policy(str(make_policy_dir(tmp_path / "p")))

@@ -31,15 +31,17 @@ from test_parallel import (
 
 from optgym.corpus import Corpus
 from optgym.corpus.info import corpus_info
+from optgym.corpus.portable import ModuleRef, portable_modules
 from optgym.evaluate import evaluate
-from optgym.evaluate.evaluation import _Task, evaluate_module
 from optgym.parallel import RAY_ADDRESS_ENV, run_tasks
 from optgym.parallel import ray_backend as backend
-from optgym.parallel.portable import ModuleRef, TreeRef, portable_modules, portable_policy
+from optgym.parallel.portable import TreeRef
 from optgym.parallel.ray_local import LocalCluster
 from optgym.policies import resolve_policy
 from optgym.policies.mlp import MLPPolicy
+from optgym.policies.portable import portable_policy
 from optgym.train.es import ESConfig, train_es
+from optgym.train.evaluation import _Task, evaluate_module
 from optgym.train.search import SearchConfig, module_records, read_states, search
 from optgym.train.trace import iter_batches, read_modules, trace
 

@@ -17,10 +17,10 @@ from conftest import _corpus
 from typer.testing import CliRunner
 
 from optgym.cli import app
-from optgym.evaluate.evaluation import evaluate, evaluate_portfolio
 from optgym.policies import PRETRAINED_DIR
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, PortfolioError, load_portfolio
 from optgym.toolchain import object_sizes
+from optgym.train.evaluation import evaluate, evaluate_portfolio
 
 CC = str(Path(sys.executable).parent / "optgym-cc")
 CLANG = "/usr/lib/llvm-22/bin/clang"

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import optgym
-from optgym.evaluate.evaluation import evaluate, summarize
 from optgym.policies import resolve_policy
 from optgym.policies.mlp import PolicyFileError
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
@@ -15,6 +14,7 @@ from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
 from optgym.rollout import plain_compile, rollout
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain import find_toolchain
+from optgym.train.evaluation import evaluate, summarize
 from optgym.train.run import read_config
 
 #: Many values live across a loop: at -Oz on x86-64 the greedy allocator runs out of free registers and
@@ -218,7 +218,8 @@ def test_scorer_hidden_is_refused_for_a_problem_without_a_linear_candidate_score
 def test_a_scorer_exported_to_onnx_decides_as_trained(pressure_corpus, toolchain, tmp_path, no_leftovers):
     """``optgym export`` of a scorer: optgym serves its embedded weights, and the graph — what any other ONNX
     runtime runs — picks the same candidate as the trained scorer at every real eviction decision."""
-    from optgym.policies.export import ACTION, INPUT, MASK, _session, export_policy, read_policy_bytes
+    from optgym.policies.export import export_policy
+    from optgym.policies.exported import ACTION, INPUT, MASK, _session, read_policy_bytes
 
     rng = np.random.default_rng(5)
     trained = START.with_parameters(START.parameters() + rng.normal(0, 0.3, START.parameters().size))

@@ -99,7 +99,8 @@ def test_any_order_is_a_correct_program_and_the_order_changes_the_code(pressure_
 def test_an_exported_priority_scorer_answers_as_trained(pressure_corpus, toolchain, tmp_path, no_leftovers):
     """``optgym export`` of a log-linear scorer: optgym serves its embedded weights exactly, and the graph —
     what any other ONNX runtime runs — gives the same priority at every real decision."""
-    from optgym.policies.export import ACTION, INPUT, _session, export_policy, read_policy_bytes
+    from optgym.policies.export import export_policy
+    from optgym.policies.exported import ACTION, INPUT, _session, read_policy_bytes
 
     trained = START.with_parameters(np.array([0.3, -0.5, 0.8, 12.0]))
     trained.languages = ["C"]
@@ -160,9 +161,10 @@ def test_an_es_worker_compiles_beside_its_fixed_companion(pressure_corpus, toolc
     eviction that policy decides — the size of the pair, against clang alone."""
     from test_two_channels import HEAVIEST
 
-    from optgym.evaluate.evaluation import companion_factories
-    from optgym.parallel.portable import portable_modules, portable_path
+    from optgym.corpus.portable import portable_modules
+    from optgym.parallel.portable import portable_path
     from optgym.train.es import ESTask, es_rollout
+    from optgym.train.evaluation import companion_factories
 
     module = pressure_corpus["pressure"]
     params = LIGHTEST.parameters().astype(np.float32)  # as ES sends them to its workers

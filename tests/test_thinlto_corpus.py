@@ -9,8 +9,8 @@ from pathlib import Path
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.embedded import corpus_from_sources
+from optgym.corpus.portable import portable_modules
 from optgym.corpus.thinlto import Program, Symbols, package_programs, static_link
-from optgym.parallel.portable import portable_modules
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.problems.inline_size import FEATURES

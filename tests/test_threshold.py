@@ -155,7 +155,7 @@ def test_the_exported_graph_reads_the_language_as_the_policy_does(cxx, trace_dir
     from typer.testing import CliRunner
 
     from optgym.cli import app
-    from optgym.policies.export import OnnxPolicy
+    from optgym.policies.exported import OnnxPolicy
     from optgym.train.trace import feature_matrix, iter_batches
 
     policy_dir = threshold_policy(NAMES, cxx=cxx, c=0).save(tmp_path / "policy")

@@ -10,7 +10,6 @@ import pytest
 from test_regalloc_evict import PRESSURE_SOURCE
 from test_serve import CC, run
 
-from optgym.evaluate.evaluation import evaluate
 from optgym.policies import resolve_policy
 from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
@@ -18,6 +17,7 @@ from optgym.rollout import plain_compile, rollout
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.sizes import object_sizes
+from optgym.train.evaluation import evaluate
 
 #: Calls to inline (``mix``, ``pressure``) and enough register pressure for the eviction advisor.
 SOURCE = (

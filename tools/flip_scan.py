@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from optgym.corpus import Corpus
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem

@@ -40,8 +40,8 @@ import numpy as np
 from ir2vec_vocab import EMBEDDING_FEATURES, embedding_flags
 
 from optgym.corpus import Corpus
-from optgym.corpus.corpus import atomic_write_bytes
 from optgym.evaluate.stats import mean_ci
+from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from optgym.corpus import Corpus, Module
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.problems.inline_size import InlineSize
 from optgym.rollout.episode import Episode

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from optgym.corpus import Corpus
-from optgym.evaluate.evaluation import GUARD_BELOW, evaluate, summarize
+from optgym.train.evaluation import GUARD_BELOW, evaluate, summarize
 
 
 def main() -> int:

@@ -40,12 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from optgym.corpus import Corpus
-from optgym.evaluate.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio
 from optgym.policies import pretrained_path
 from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
 from optgym.policies.portfolio import FORMAT, PRETRAINED_PORTFOLIO, load_portfolio
 from optgym.policies.scorer import CandidateScorer
+from optgym.train.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from levers import THRESHOLDS  # tools/ is not a package: the thresholds tools/levers.py measures

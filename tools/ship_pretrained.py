@@ -38,13 +38,13 @@ import tempfile
 from pathlib import Path
 
 from optgym.corpus import Corpus
-from optgym.corpus.corpus import atomic_write_bytes
-from optgym.evaluate.evaluation import GUARD_BELOW, evaluate
+from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
 from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
+from optgym.train.evaluation import GUARD_BELOW, evaluate
 from optgym.train.threshold import summary_figures
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.

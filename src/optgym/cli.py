@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import optgym.rollout  # noqa: F401  (registers the heuristic workers of `optgym corpus info` and --max-decisions)
 from optgym.corpus.cli import corpus_app
 from optgym.train.cli import Companions, parse_companions, search_command, trace_command, train_app, vocab_command
 
@@ -137,7 +138,7 @@ def replay(
 
 
 def _print_summary(report: dict, title: str) -> None:
-    from optgym.evaluate.evaluation import GUARD_BELOW
+    from optgym.train.evaluation import GUARD_BELOW
 
     table = Table(title=title)
     for col in ("", "heuristic", "policy", "ratio"):

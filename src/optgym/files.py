@@ -1,11 +1,32 @@
-"""Reading optgym's own on-disk formats: every one carries a ``format_version``, checked the same way."""
+"""optgym's own files: the cache directory, atomic writes, and reading its on-disk formats (every one carries a
+``format_version``, checked the same way)."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
+
+
+def cache_root() -> Path:
+    """``$OPTGYM_CACHE_DIR``, else ``~/.cache/optgym``."""
+    return Path(os.environ.get("OPTGYM_CACHE_DIR") or Path.home() / ".cache" / "optgym")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same directory and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_versioned(path: Path, *, error: type[Exception], what: str, missing: str, max_version: int) -> dict[str, Any]:

@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.files import atomic_write_bytes, cache_root
 
 CACHE_FORMAT_VERSION = 1
-
-
-def cache_root() -> Path:
-    """``$OPTGYM_CACHE_DIR``, else ``~/.cache/optgym``."""
-    return Path(os.environ.get("OPTGYM_CACHE_DIR") or Path.home() / ".cache" / "optgym")
 
 
 class ResultCache:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from optgym.errors import CorpusError
+from optgym.files import atomic_write_bytes
 
 DESCRIPTION = "corpus_description.json"
 FORMAT_VERSION = 1
@@ -214,19 +213,6 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.modules)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_corpus(root: Path, modules: Iterable[tuple[str, bytes, Sequence[str]]], **optgym_meta) -> Corpus:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optgym.corpus.corpus import Corpus, atomic_write_bytes
+from optgym.corpus.corpus import Corpus
 from optgym.corpus.embedded import extract_object
 from optgym.corpus.staging import (
     KEEP,
@@ -51,6 +51,7 @@ from optgym.corpus.staging import (
     write_description,
 )
 from optgym.errors import CorpusError
+from optgym.files import atomic_write_bytes
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import run
 

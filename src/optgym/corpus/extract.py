@@ -264,19 +264,19 @@ def over_decision_limit(
     """Per module, why ``--max-decisions limit`` leaves it out (``None``: it stays).
 
     A huge module costs every episode that draws it thousands of steps, so training sets bound it.
-    The counts are :func:`optgym.corpus.info.heuristic_decisions`: the heuristic's own interactive
+    The counts are :func:`optgym.rollout.heuristic.heuristic_decisions`: the heuristic's own interactive
     compile, cached by module content, so ``corpus info --decisions`` and every later filter share
     them. A module whose count cannot be taken (its compile fails or times out) is left out too: an
     episode on it would fail the same way.
     """
-    from optgym.corpus.info import heuristic_decisions, size_tasks
+    from optgym.corpus.info import heuristic_worker, size_tasks
     from optgym.parallel import run_tasks
 
     if limit < 0:
         raise CorpusError(f"--max-decisions must be at least 0, not {limit}")
     tasks = size_tasks(modules, problem, timeout, workers)
     reasons: list[str | None] = [None] * len(tasks)
-    for i, row in run_tasks(heuristic_decisions, tasks, workers=workers, description="decision counts",
+    for i, row in run_tasks(heuristic_worker("decisions"), tasks, workers=workers, description="decision counts",
                             progress=progress):  # fmt: skip
         if row["status"] != "ok":
             reasons[i] = f"decision count failed: {row['status']} (--max-decisions)"

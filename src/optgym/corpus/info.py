@@ -3,22 +3,23 @@
 The language of a module comes from its ``-cc1`` command: ``-x`` when the build named it, else the
 suffix of ``-main-file-name`` (clang always records the source's name there; the embedded command
 carries no ``-x``). Heuristic sizes are the plain compile of every module, fanned out with
-:func:`optgym.parallel.run_tasks` and cached on disk by :func:`optgym.rollout.episode.baseline`, so a
-second ``info`` is instant.
+:func:`optgym.parallel.run_tasks` and cached on disk by :func:`optgym.rollout.episode.baseline` (the workers are
+the rollout layer's: :func:`register_heuristic_worker`), so a second ``info`` is instant.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optgym.corpus.corpus import Corpus, Module
+from optgym.errors import CorpusError
 
 if TYPE_CHECKING:  # the corpus layer imports parallel/ only where it fans out
-    from optgym.parallel.portable import PortableModule
+    from optgym.corpus.portable import PortableModule
 
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz", "-Ofast")
 
@@ -81,57 +82,37 @@ def package_of(name: str, has_packages: bool) -> str:
 class SizeTask:
     """One module's heuristic compile (picklable: runs in a worker)."""
 
-    source: PortableModule  # the module, or under Ray its content: see parallel.portable
+    source: PortableModule  # the module, or under Ray its content: see corpus.portable
     problem: str
     timeout: float
 
 
 def size_tasks(modules: Iterable[Module], problem: str, timeout: float, workers: int | None) -> list[SizeTask]:
-    """One :class:`SizeTask` per module, carrying it as :func:`~optgym.parallel.portable.portable_modules` says."""
-    from optgym.parallel.portable import portable_modules
+    """One :class:`SizeTask` per module, carrying it as :func:`~optgym.corpus.portable.portable_modules` says."""
+    from optgym.corpus.portable import portable_modules
 
     return [SizeTask(source, problem, timeout) for source in portable_modules(list(modules), workers)]
 
 
-def heuristic_size(task: SizeTask) -> dict[str, Any]:
-    """Worker: the module compiled by clang's own heuristic (cached), as a row."""
-    from optgym.parallel.portable import local_module
-    from optgym.problems import get_problem
-    from optgym.rollout.episode import baseline
-    from optgym.toolchain import find_toolchain
-
-    module = local_module(task.source)
-    result = baseline(get_problem(task.problem), module, find_toolchain(), timeout=task.timeout)
-    return {"module": module.name, "status": result.status, "detail": result.detail, **result.metrics}
+#: A task function over :class:`SizeTask` (picklable, top-level): the module compiled by clang's own heuristic, as
+#: a row (``module``, ``status``, ``detail`` and figures).
+HeuristicWorker = Callable[[SizeTask], dict[str, Any]]
+_HEURISTIC_WORKERS: dict[str, HeuristicWorker] = {}
 
 
-def heuristic_decisions(task: SizeTask) -> dict[str, Any]:
-    """Worker: decision count of the module under clang's heuristic (an interactive compile, cached)."""
-    from optgym.corpus.cache import ResultCache
-    from optgym.parallel.portable import local_module
-    from optgym.problems import get_problem
-    from optgym.rollout import rollout
-    from optgym.rollout.simple import heuristic
-    from optgym.toolchain import find_toolchain
+def register_heuristic_worker(kind: str, worker: HeuristicWorker) -> None:
+    """Register the worker behind ``kind`` (``"sizes"``: the plain compile; ``"decisions"``: the interactive
+    one, counting decisions). Compiling a module for a decision problem is the rollout layer's, above this one:
+    :mod:`optgym.rollout.heuristic` registers both when ``optgym.rollout`` is imported."""
+    _HEURISTIC_WORKERS[kind] = worker
 
-    module = local_module(task.source)
-    problem = get_problem(task.problem)
-    toolchain = find_toolchain((problem.hook,))
-    cache = ResultCache("decisions")
-    key = cache.key([module.digest, problem.name, "decisions", *problem.compile_flags(), toolchain.identity])
-    if (hit := cache.get(key)) is not None:
-        return hit
-    out = rollout(problem, module, toolchain, heuristic, timeout=task.timeout)
-    row = {
-        "module": module.name,
-        "status": out.result.status,
-        "detail": out.result.detail,
-        "decisions": int(out.result.decisions),
-        "heuristic_yes": int((out.trajectory.heuristic > 0).sum()),
-    }
-    if out.result.ok:
-        cache.put(key, row)
-    return row
+
+def heuristic_worker(kind: str) -> HeuristicWorker:
+    """The worker registered for ``kind`` (see :func:`register_heuristic_worker`)."""
+    try:
+        return _HEURISTIC_WORKERS[kind]
+    except KeyError:
+        raise CorpusError(f"no heuristic {kind} worker is registered: import optgym.rollout first") from None
 
 
 def corpus_info(
@@ -175,7 +156,7 @@ def corpus_info(
     if sizes and tasks:
         failed: list[dict[str, Any]] = []
         totals: Counter[str] = Counter()
-        for _, row in run_tasks(heuristic_size, tasks, workers=workers, description="heuristic sizes",
+        for _, row in run_tasks(heuristic_worker("sizes"), tasks, workers=workers, description="heuristic sizes",
                                 progress=progress):  # fmt: skip
             if row["status"] != "ok":
                 failed.append(row)
@@ -189,7 +170,7 @@ def corpus_info(
     if decisions and tasks:
         totals = Counter()
         failed = []
-        for _, row in run_tasks(heuristic_decisions, tasks, workers=workers, description="decisions",
+        for _, row in run_tasks(heuristic_worker("decisions"), tasks, workers=workers, description="decisions",
                                 progress=progress):  # fmt: skip
             if row["status"] != "ok":
                 failed.append(row)

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION, Corpus, atomic_write_bytes
+from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION, Corpus
 from optgym.corpus.staging import read_description
 from optgym.errors import CorpusError
+from optgym.files import atomic_write_bytes
 
 BY = ("package", "module")
 

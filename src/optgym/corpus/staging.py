@@ -21,7 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION, atomic_write_bytes
+from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION
+from optgym.files import atomic_write_bytes
 
 #: Entries of a corpus directory that are not part of the corpus and survive a swap.
 WORK_DIR = ".optgym-work"

@@ -1,5 +1,5 @@
 """Evaluation: a policy against the compiler's heuristic, per module, with reports, plots and diffs."""
 
-from optgym.evaluate.evaluation import ModuleRow, evaluate, summarize
+from optgym.train.evaluation import ModuleRow, evaluate, summarize
 
 __all__ = ["ModuleRow", "evaluate", "summarize"]

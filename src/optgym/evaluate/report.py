@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from optgym.corpus.corpus import atomic_write_bytes
-from optgym.evaluate.evaluation import GUARD_BELOW, REPORT_FORMAT_VERSION, ModuleRow, summarize
+from optgym.files import atomic_write_bytes
+from optgym.train.evaluation import GUARD_BELOW, REPORT_FORMAT_VERSION, ModuleRow, summarize
 
 CSV_COLUMNS = ("module", "heuristic_text", "policy_text", "heuristic_dottext", "policy_dottext", "ratio",
                "decisions", "decisions_differing", "compile_seconds", "status")  # fmt: skip

@@ -37,35 +37,13 @@ from rich.progress import (
 )
 
 from optgym.errors import OptgymError
+from optgym.parallel.failures import DEFAULT_MAX_RETRIES, OnError, TaskFailed, failure_result
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: How often a task whose worker died is resubmitted before it is reported as failed.
-DEFAULT_MAX_RETRIES = 3
 #: The environment variable that selects the Ray backend (``auto`` or ``HOST:PORT``).
 RAY_ADDRESS_ENV = "OPTGYM_RAY_ADDRESS"
-
-
-class TaskFailed(OptgymError):
-    """A task that failed for good: its function raised, or its worker died on every attempt.
-
-    ``cause`` is the function's exception (``None`` when the worker was lost); ``attempts`` counts the
-    submissions, so a caller can tell a deterministic failure (1) from a flaky node (``max_retries + 1``).
-    """
-
-    def __init__(self, index: int, reason: str, attempts: int, cause: BaseException | None = None) -> None:
-        self.index, self.reason, self.attempts, self.cause = index, reason, attempts, cause
-        super().__init__(f"task {index} failed after {attempts} attempt(s): {reason}")
-
-    @property
-    def worker_lost(self) -> bool:
-        """True when no attempt finished (the worker process or node died every time)."""
-        return self.cause is None
-
-
-#: ``on_error(item, failure)``: the result to yield for an item whose task failed for good.
-OnError = Callable[[Any, TaskFailed], Any]
 
 
 class Executor(Protocol):
@@ -76,15 +54,6 @@ class Executor(Protocol):
     ) -> Iterator[tuple[int, R]]: ...
 
     def close(self) -> None: ...
-
-
-def _fail(failure: TaskFailed, item: Any, on_error: OnError | None) -> Any:
-    """The result for a failed item, or raise: the function's own exception if it raised one."""
-    if on_error is not None:
-        return on_error(item, failure)
-    if failure.cause is not None:
-        raise failure.cause
-    raise failure
 
 
 class InlineExecutor:
@@ -205,7 +174,7 @@ class ProcessExecutor:
                         (task,) = lost
                         if task.attempts > self.max_retries:
                             failure = TaskFailed(task.index, "its worker process died on every attempt", task.attempts)
-                            yield task.index, _fail(failure, task.item, on_error)
+                            yield task.index, failure_result(failure, task.item, on_error)
                         else:
                             task.attempts += 1
                             suspects.appendleft(task)
@@ -222,7 +191,7 @@ class ProcessExecutor:
         if error is None:
             return future.result()
         failure = TaskFailed(task.index, f"{type(error).__name__}: {error}", task.attempts, error)
-        return _fail(failure, task.item, on_error)
+        return failure_result(failure, task.item, on_error)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -3,7 +3,7 @@
 Ray is imported here and only here, and only when a Ray address is given, so a laptop install never
 pays for it. One connection per driver process, made on first use and kept: a trainer that fans out
 every iteration (ES) does not reconnect each time, and the module blobs it put in the object store
-stay there (see :mod:`optgym.parallel.portable`).
+stay there (see :mod:`optgym.corpus.portable`).
 
 Semantics match :class:`~optgym.parallel.executor.ProcessExecutor`: at most ``2 × workers`` tasks in
 flight (``workers`` defaults to the cluster's CPUs), results in completion order, each index once. A
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from optgym.errors import OptgymError
-from optgym.parallel.executor import DEFAULT_MAX_RETRIES, OnError, TaskFailed, _fail
+from optgym.parallel.failures import DEFAULT_MAX_RETRIES, OnError, TaskFailed, failure_result
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -39,6 +39,9 @@ _LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _lock = threading.Lock()
 _connected: str | None = None  # the address this process is connected to
 _remote: Any = None  # the remote version of _run_task, made once per connection
+#: content digest → Ray ObjectRef of the bytes put in the object store for it, for the current connection
+#: (:mod:`optgym.parallel.portable`; a disconnect invalidates them).
+uploads: dict[str, Any] = {}
 
 
 def is_loopback(address: str) -> bool:
@@ -111,9 +114,7 @@ def connect(address: str) -> types.ModuleType:
 
 def _shutdown(ray: types.ModuleType) -> None:
     global _connected, _remote
-    from optgym.parallel import portable
-
-    portable.forget_uploads()
+    uploads.clear()
     ray.shutdown()
     _connected, _remote = None, None
 
@@ -183,11 +184,11 @@ class RayExecutor:
                         cause = e.as_instanceof_cause()
                         original = e.cause if isinstance(e.cause, BaseException) else cause
                         failure = TaskFailed(index, f"{type(original).__name__}: {original}", 1, cause)
-                        result = _fail(failure, items[index], on_error)
+                        result = failure_result(failure, items[index], on_error)
                     except RayError as e:
                         failure = TaskFailed(index, f"its worker was lost ({type(e).__name__}: {e})",
                                              self.max_retries + 1)  # fmt: skip
-                        result = _fail(failure, items[index], on_error)
+                        result = failure_result(failure, items[index], on_error)
                     yield index, result
                     submit()
         finally:

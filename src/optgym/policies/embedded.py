@@ -22,11 +22,11 @@ is checked before serving:
                      graph is the one the export verified against this policy. A mismatch means a
                      damaged file — or one re-saved by another ONNX tool, which may lay the same
                      graph out differently — so the full check runs (``onnx`` and the graph digest,
-                     :class:`~optgym.policies.export.OnnxPolicy`): a damaged graph is refused as
+                     :class:`~optgym.policies.exported.OnnxPolicy`): a damaged graph is refused as
                      before, an intact re-saved one is served from its embedded policy.
 
 Files without ``optgym.policy`` (exports of older optgym versions) load as
-:class:`~optgym.policies.export.OnnxPolicy` and run on onnxruntime, as before.
+:class:`~optgym.policies.exported.OnnxPolicy` and run on onnxruntime, as before.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from optgym.policies import file_identity
-from optgym.policies.export import (
+from optgym.policies.exported import (
     VOCAB_KEY,
     ExportError,
     OnnxPolicy,

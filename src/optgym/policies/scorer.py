@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from optgym.corpus.corpus import atomic_write_bytes
-from optgym.files import read_versioned
+from optgym.files import atomic_write_bytes, read_versioned
 from optgym.policies.mlp import PolicyFileError
 from optgym.problems import ProblemError, problem_class
 from optgym.rollout.rollout import DecisionPoint

@@ -101,7 +101,7 @@ class Vocab:
         )
 
     def save(self, path: Path | str) -> None:
-        from optgym.corpus.corpus import atomic_write_bytes
+        from optgym.files import atomic_write_bytes
 
         atomic_write_bytes(Path(path), self.to_json().encode())
 

@@ -1,5 +1,6 @@
 """Compiling one module with host-made decisions: the step-level :class:`Episode` and :func:`rollout`."""
 
+from optgym.rollout import heuristic as _heuristic  # noqa: F401  (registers the corpus layer's heuristic workers)
 from optgym.rollout.episode import DEFAULT_TIMEOUT, Companion, Episode, EpisodeResult, baseline, plain_compile
 from optgym.rollout.rollout import DecisionPoint, Policy, RolloutResult, Trajectory, rollout
 

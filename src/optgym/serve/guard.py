@@ -36,6 +36,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from optgym.policies import DEFAULT_GUARD_BELOW as DEFAULT_BELOW  # noqa: F401
 from optgym.toolchain.process import kill_group, pid_alive, spawn, wait_exit
 from optgym.toolchain.sizes import ElfError, object_sizes
 from optgym_cc import joined_output, lto, operands
@@ -142,16 +143,6 @@ def reference_args(args: Sequence[str], output: str) -> list[str]:
         else:
             kept.append(arg)
     return [*kept, "-o", output]
-
-
-#: The bound without ``OPTGYM_GUARD_BELOW``, for every served compile. Chosen on training modules: first for C
-#: compiles with the allocator's scorers (they depart from clang in every compile and cannot hand a single
-#: decision back): 25 of 404 C modules > 1 % larger, 19 of them under 2 kB of text — a size 229 of the 404
-#: have, with 9 % of the bytes and 6 % of the bytes saved. Then for C++ (the inliner alone): 3 of the shipped
-#: rule's 5 regressions on 408 C++ training modules are under 2 kB (357, 379, 1 326 B), and the guard leaves 2
-#: at 0.9251 of clang's size against 0.9252. Only a compile where the policy departed from clang pays: the
-#: reference runs after it, for an object under the bound.
-DEFAULT_BELOW = 2048
 
 
 def guard_below(env: dict[str, str], default: int | None = None) -> int | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.files import atomic_write_bytes
 from optgym.problems.inputs import PolicyInputs
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.train.run import ProgressCSV, prepare_run_dir, write_config

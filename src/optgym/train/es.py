@@ -36,22 +36,16 @@ from typing import Any
 import numpy as np
 
 from optgym.corpus import Corpus
-from optgym.evaluate.evaluation import companion_factories
+from optgym.corpus.portable import PortableModule, local_module, portable_modules
 from optgym.parallel import run_tasks
-from optgym.parallel.portable import (
-    PortableModule,
-    PortablePath,
-    local_module,
-    local_path,
-    portable_modules,
-    portable_path,
-)
+from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies import PolicyFactory
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
+from optgym.train.evaluation import companion_factories
 from optgym.train.run import (
     ProgressCSV,
     RunError,
@@ -100,7 +94,7 @@ class ESConfig:
 @dataclass(frozen=True)
 class ESTask:
     problem: str
-    source: PortableModule  # the module, or under Ray its content: see parallel.portable
+    source: PortableModule  # the module, or under Ray its content: see corpus.portable
     module: str
     policy_dir: PortablePath  # architecture and vocab (under Ray by content); the weights come from ``params``
     params: np.ndarray

@@ -21,9 +21,8 @@ from typing import Any
 
 import tomli_w
 
-from optgym.corpus.corpus import atomic_write_bytes
 from optgym.errors import OptgymError
-from optgym.files import read_versioned
+from optgym.files import atomic_write_bytes, read_versioned
 from optgym.policies.trained import SNAPSHOTS
 
 CONFIG = "config.toml"

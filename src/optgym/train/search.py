@@ -74,12 +74,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from optgym.corpus import Corpus, Module
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.corpus.portable import PortableModule, local_module, portable_modules
 from optgym.errors import OptgymError
-from optgym.files import read_versioned
+from optgym.files import atomic_write_bytes, read_versioned
 from optgym.parallel import ray_backend_address, run_tasks
-from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
+from optgym.policies.portable import portable_policy
 from optgym.problems import Problem, get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.rollout import DecisionPoint, Policy
@@ -127,7 +127,7 @@ class SearchConfig:
 class ModuleTask:
     """What a worker needs to search one module (picklable)."""
 
-    source: PortableModule  # the module, or under Ray its content: see parallel.portable
+    source: PortableModule  # the module, or under Ray its content: see corpus.portable
     module: str
     record: str  # the module's record path without suffix (on the driver: see DetachedTask)
     problem: str

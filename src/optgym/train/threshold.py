@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.files import atomic_write_bytes
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
 from optgym.problems.inputs import BOUNDS, CXX_INPUT, HEURISTIC_INPUT, margin
@@ -225,7 +225,7 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
 def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) -> dict[str, Any]:
     """Tune the per-language threshold shift on ``cfg.corpus``; returns (and writes) the final figures."""
     from optgym.corpus import Corpus
-    from optgym.evaluate.evaluation import evaluate
+    from optgym.train.evaluation import evaluate
 
     unknown = sorted(set(cfg.languages) - set(LANGUAGES))
     if unknown or not cfg.languages:
@@ -299,7 +299,7 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
 def summary_figures(rows: Sequence[Any], keys: Sequence[str] = REPORTED) -> dict[str, Any]:
     """``keys`` of the evaluation summary of some modules, with the share of them more than 1 % worse (the
     size target's regression bar) — what the tuner and ``tools/ship_pretrained.py`` report per language."""
-    from optgym.evaluate.evaluation import summarize
+    from optgym.train.evaluation import summarize
 
     figures = summarize(rows)
     return {key: figures[key] for key in keys} | {

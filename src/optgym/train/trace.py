@@ -32,12 +32,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from optgym.corpus import Corpus
-from optgym.corpus.corpus import atomic_write_bytes
+from optgym.corpus.portable import PortableModule, local_module, portable_modules
 from optgym.errors import OptgymError
-from optgym.files import read_versioned
+from optgym.files import atomic_write_bytes, read_versioned
 from optgym.parallel import run_tasks
-from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
 from optgym.policies import PolicyFactory, resolve_policy
+from optgym.policies.portable import portable_policy
 from optgym.problems import get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.rollout import DecisionPoint
@@ -57,7 +57,7 @@ class TraceError(OptgymError):
 @dataclass(frozen=True)
 class TraceTask:
     problem: str
-    source: PortableModule  # the module, or under Ray its content: see parallel.portable
+    source: PortableModule  # the module, or under Ray its content: see corpus.portable
     module: str
     policy: PolicyFactory
     mode: str

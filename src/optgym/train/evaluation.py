@@ -16,15 +16,15 @@ from typing import Any
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
+from optgym.corpus.portable import PortableModule, local_module, portable_modules
 from optgym.errors import OptgymError
 from optgym.parallel import TaskFailed, run_tasks
-from optgym.parallel.portable import PortableModule, local_module, portable_modules, portable_policy
-from optgym.policies import PolicyFactory, resolve_policy
+from optgym.policies import DEFAULT_GUARD_BELOW, PolicyFactory, resolve_policy
+from optgym.policies.portable import portable_policy
 from optgym.policies.portfolio import Portfolio, load_portfolio
 from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
 from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
-from optgym.serve.guard import DEFAULT_BELOW
 from optgym.toolchain import find_toolchain
 
 REPORT_FORMAT_VERSION = 1
@@ -150,7 +150,7 @@ def _task_failed(task: _Task, failure: TaskFailed) -> ModuleRow:
 
 #: The bound of the guard ``optgym evaluate`` reports besides the full one: ``optgym-cc``'s default
 #: (``OPTGYM_GUARD_BELOW``), so the guarded-below figure is what a build with optgym-cc's defaults gets.
-GUARD_BELOW = DEFAULT_BELOW
+GUARD_BELOW = DEFAULT_GUARD_BELOW
 
 
 def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
