@@ -74,6 +74,7 @@ class FeatureView:
         self._elements: dict[str, int] = {}
         self._dtypes: dict[str, np.dtype] = {}
         self._firsts: dict[tuple[str, ...], list[tuple[struct.Struct, int]]] = {}
+        self._scalars: dict[str, tuple[struct.Struct, int]] = {}
         pos = 0
         for s in header.features:
             self._offsets[s.name], self._elements[s.name] = pos, s.elements
@@ -126,8 +127,15 @@ class FeatureView:
         return out
 
     def scalar(self, obs: Observation, name: str) -> int | float:
-        """The first element of feature ``name``, read straight from the raw bytes (no record decode)."""
-        return self.tensor(obs, name, count=1)[0].item()
+        """The first element of feature ``name``, read straight from the raw bytes (no record decode): one
+        ``struct`` unpack, a fifth of a numpy view's cost — inlining reads its heuristic's answer so at every
+        decision."""
+        reader = self._scalars.get(name)
+        if reader is None:
+            dtype = self._dtypes[name]
+            reader = self._scalars[name] = (struct.Struct("<" + _STRUCT_CODES[dtype.kind, dtype.itemsize]),
+                                            self._offsets[name])  # fmt: skip
+        return reader[0].unpack_from(obs.raw, reader[1])[0]
 
     def tensor(self, obs: Observation, name: str, count: int | None = None) -> np.ndarray:
         """Feature ``name`` flattened (its first ``count`` elements), a read-only view of the raw bytes."""
@@ -136,7 +144,10 @@ class FeatureView:
 
 
 #: ``struct`` codes of the stream's tensor types (little-endian, standard sizes), by numpy kind and item size.
-_STRUCT_CODES = {("i", 8): "q", ("i", 4): "i", ("u", 8): "Q", ("u", 4): "I", ("f", 8): "d", ("f", 4): "f"}
+_STRUCT_CODES = {
+    ("i", 8): "q", ("i", 4): "i", ("i", 2): "h", ("i", 1): "b", ("u", 8): "Q", ("u", 4): "I", ("u", 2): "H",
+    ("u", 1): "B", ("f", 8): "d", ("f", 4): "f",
+}  # fmt: skip
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

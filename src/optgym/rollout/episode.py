@@ -7,19 +7,17 @@ Both the gymnasium env (one ``step`` per decision, a policy outside) and the in-
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
-from optgym.problems import FeatureView, Metrics, Problem, problem_flags
+from optgym.problems import FeatureView, InvalidAction, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
+from optgym.rollout.decider import Decider, Policy, decides
 from optgym.toolchain import interactive
-from optgym.toolchain.language import family
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import run
 
@@ -43,71 +41,8 @@ class EpisodeResult:
         return self.status == "ok"
 
 
-class DecisionPoint:
-    """What a policy sees at one decision; feature views are computed only when asked for."""
-
-    __slots__ = ("_obs", "_view", "heuristic", "index", "language", "problem")
-
-    def __init__(
-        self,
-        view: FeatureView,
-        obs: Observation,
-        heuristic: int | None,
-        index: int,
-        language: str | None = None,
-        problem: Problem | None = None,
-    ) -> None:
-        self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
-        self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
-        self.problem = problem  # the decision's problem, when the loop knows it: see valid_actions()
-
-    def valid_actions(self) -> np.ndarray | None:
-        """The indices of the actions the problem allows here (an eviction's unmasked candidates), or ``None``
-        when every action of the space is allowed or the problem is not known. A policy that picks without a
-        model (random, never, always) reads it so that it never sends what would crash the compiler."""
-        if self.problem is None:
-            return None
-        mask = self.problem.action_mask(self._view, self._obs)
-        return None if mask is None else np.flatnonzero(mask)
-
-    def vector(self) -> np.ndarray:
-        """Visible features flattened to float32, in the problem's feature order."""
-        return self._view.vector(self._obs)
-
-    def rows(self, names: Sequence[str]) -> np.ndarray:
-        """Features ``names`` as the rows of one float64 matrix (see :meth:`FeatureView.rows`)."""
-        return self._view.rows(self._obs, names)
-
-    def firsts(self, names: Sequence[str]) -> list[float]:
-        """The first value of each of ``names`` as Python floats (see :meth:`FeatureView.firsts`)."""
-        return self._view.firsts(self._obs, names)
-
-    def features(self) -> dict[str, np.ndarray]:
-        return self._view.as_dict(self._obs)
-
-    def stream_features(self) -> dict[str, np.ndarray]:
-        """Every tensor the compiler sent at this decision, by name — also those the problem does not read
-        (IR2Vec embeddings when clang is given a vocabulary); decoded on each call, so not for the hot path."""
-        return self._obs.as_dict()
-
-    @property
-    def raw(self) -> bytes:
-        return self._obs.raw
-
-
-#: A policy: the action for a decision point, optionally with its log-probability.
-Policy = Callable[[DecisionPoint], int | tuple[int, float]]
-
-
 #: A policy that answers another decision problem of the same compile, in this process.
 Companion = tuple[Problem, Policy]
-
-
-def decides(policy: object, language: str) -> bool:
-    """Whether ``policy`` decides compiles of ``language``: a policy with ``languages`` (the families it was
-    trained and shipped for, "C" or "C++") leaves the others to clang — its channel is not even opened."""
-    languages = getattr(policy, "languages", None)
-    return languages is None or family(language) in languages
 
 
 class Episode:
@@ -118,8 +53,12 @@ class Episode:
     ``None`` after the last. ``keep_object`` copies the object there when the compile succeeds;
     ``extra_flags`` are added to the compile (optimization remarks, say).
 
+    Every channel's decisions go through its :class:`~optgym.rollout.decider.Decider`, the one decision core
+    the policy server uses too. :attr:`decider` is the problem's own, made at its first decision: ``act``
+    sends through it, and with ``policy`` it also decides (``rollout`` asks it, ``decider.decide(obs)``).
+
     ``companions`` are other decision problems of the same compile, each answered by its own policy
-    (a :data:`optgym.rollout.rollout.Policy`) without surfacing here: an inlining episode whose register
+    (a :class:`~optgym.rollout.decider.Policy`) without surfacing here: an inlining episode whose register
     allocation a trained eviction policy decides, or the reverse. Their decisions are counted in
     :attr:`decisions` too; an answer a companion's problem rules out ends the episode as ``act`` does.
 
@@ -138,15 +77,15 @@ class Episode:
         keep_object: Path | None = None,
         extra_flags: Sequence[str] = (),
         companions: Sequence[Companion] = (),
+        policy: Policy | None = None,
     ) -> None:
         self.problem, self.module, self.toolchain = problem, module, toolchain
         self.keep_object = keep_object
         self._object = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        companions = [(p, policy) for p, policy in companions if decides(policy, module.language)]
+        companions = [(p, companion) for p, companion in companions if decides(companion, module.language)]
         problems = [problem, *(p for p, _ in companions)]
-        self._policies = [None, *(policy for _, policy in companions)]
-        self._views: list[FeatureView | None] = [None] * len(problems)
-        self._indices = [0] * len(problems)  # decisions so far, per channel
+        self._policies: list[Policy | None] = [policy, *(companion for _, companion in companions)]
+        self._deciders: list[Decider | None] = [None] * len(problems)  # per channel, at its first decision
         self._problems = problems
         self._compile = interactive.InteractiveCompile(
             lambda *bases: module.argv(toolchain.clang, [*extra_flags, *problem_flags(problems, bases)], "-"),
@@ -157,6 +96,7 @@ class Episode:
             stdout=self._object,
             cwd=module.workdir,
         )
+        self.decider: Decider | None = None
         self.view: FeatureView | None = None
         self.observation: Observation | None = None
         self.result: EpisodeResult | None = None
@@ -184,8 +124,8 @@ class Episode:
         the problem rules out (:meth:`Problem.invalid_action`) is never sent: the compile is stopped and
         the episode ends with status ``invalid_action``."""
         assert self._compile.header is not None and self.observation is not None, "act() without a decision"
-        assert self.view is not None
-        if not self._answer(self.problem, self.view, self.observation, action):
+        assert self.decider is not None
+        if not self._send(self.decider, self.observation, action):
             return None
         return self._advance()
 
@@ -193,48 +133,47 @@ class Episode:
         assert self.view is not None and self.observation is not None
         return self.problem.heuristic_action(self.view, self.observation)
 
-    def _answer(self, problem: Problem, view: FeatureView, obs: Observation, action: Any) -> bool:
-        """Send ``action`` on the current channel; ``False`` (the episode ended) if ``problem`` rules it out."""
-        why = problem.invalid_action(view, obs, action)
-        if why is not None:
+    def _send(self, decider: Decider, obs: Observation, action: Any) -> bool:
+        """Send ``action`` on the current channel; ``False`` (the episode ended) if its problem rules it out."""
+        try:
+            advice = decider.advice(obs, action)
+        except InvalidAction as why:
             self.observation = None
-            self.result = EpisodeResult(self.module.name, "invalid_action", why, decisions=self.decisions)
+            self.result = EpisodeResult(self.module.name, "invalid_action", str(why), decisions=self.decisions)
             self.close()
             return False
+        self._compile.answer(advice)
+        return True
+
+    def _decider(self, channel: int) -> Decider:
+        """The current channel's decider, made at its first decision from the header clang just sent."""
         header = self._compile.header
         assert header is not None
-        self._compile.answer(problem.encode_action(header, action))
-        return True
+        problem = self._problems[channel]
+        try:
+            view = problem.view(header)
+        except Exception:
+            self.close()
+            raise
+        decider = Decider(problem, view, self._policies[channel], self.module.language)
+        self._deciders[channel] = decider
+        return decider
 
     def _advance(self) -> Observation | None:
         """The next decision of this episode's problem, answering the companions' on the way."""
         compile_ = self._compile
         while True:
-            self.observation = None if compile_.outcome else compile_.next_observation()
-            if self.observation is None:
+            obs = self.observation = None if compile_.outcome else compile_.next_observation()
+            if obs is None:
                 if self.result is None:
                     self._conclude()
                 return None
             channel = compile_.channel
-            view = self._views[channel]
-            if view is None:
-                header = compile_.header
-                assert header is not None
-                try:
-                    view = self._views[channel] = self._problems[channel].view(header)
-                except Exception:
-                    self.close()
-                    raise
+            decider = self._deciders[channel] or self._decider(channel)
             if channel == 0:
-                self.view = view
-                return self.observation
-            problem, policy = self._problems[channel], self._policies[channel]
-            assert policy is not None
-            point = DecisionPoint(view, self.observation, problem.heuristic_action(view, self.observation),
-                                  self._indices[channel], self.module.language, problem)  # fmt: skip
-            self._indices[channel] += 1
-            choice = policy(point)
-            if not self._answer(problem, view, self.observation, choice[0] if isinstance(choice, tuple) else choice):
+                self.decider, self.view = decider, decider.view
+                return obs
+            if not self._send(decider, obs, decider.decide(obs)):
                 return None
 
     def _conclude(self) -> None:

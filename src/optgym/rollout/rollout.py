@@ -1,7 +1,8 @@
 """The fast path: compile one module with a policy that lives in this process.
 
 No gymnasium, no per-decision round trip to a learner: the loop below is all the host does between
-two of the compiler's decisions. trace, evaluation, search and ES all call :func:`rollout`.
+two of the compiler's decisions, and the decision itself is the :class:`~optgym.rollout.decider.Decider`'s,
+as in the policy server. trace, evaluation, search and ES all call :func:`rollout`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ import numpy as np
 
 from optgym.corpus import Module
 from optgym.problems import Problem
-from optgym.rollout.episode import DEFAULT_TIMEOUT, Companion, DecisionPoint, Episode, EpisodeResult, Policy
+from optgym.rollout.decider import DecisionPoint, Policy
+from optgym.rollout.episode import DEFAULT_TIMEOUT, Companion, Episode, EpisodeResult
 from optgym.toolchain.llvm import Toolchain
+
+#: ``DecisionPoint`` and ``Policy`` are imported from here by policies written before the decision core.
+__all__ = ["DecisionPoint", "Policy", "RolloutResult", "Trajectory", "rollout"]
 
 
 @dataclass
@@ -52,26 +57,22 @@ def rollout(
     heuristic: list[int] = []
     log_probs: list[float] = []
     features: list[np.ndarray] = []
-    lang = module.language
     with Episode(
         problem, module, toolchain, timeout=timeout, transcript=transcript, keep_object=keep_object,
-        extra_flags=extra_flags, companions=companions,
+        extra_flags=extra_flags, companions=companions, policy=policy,
     ) as ep:  # fmt: skip
         obs = ep.begin()
-        view = ep.view
+        decider = ep.decider
         while obs is not None:
-            assert view is not None
-            h = problem.heuristic_action(view, obs)
-            point = DecisionPoint(view, obs, h, len(actions), lang, problem)
-            choice = policy(point)
-            if isinstance(choice, tuple):
-                choice, log_prob = choice
-                log_probs.append(log_prob)
-            actions.append(int(choice))
-            heuristic.append(-1 if h is None else h)
+            assert decider is not None
+            action = decider.decide(obs)
+            if decider.log_prob is not None:
+                log_probs.append(decider.log_prob)
+            actions.append(int(action))
+            heuristic.append(-1 if decider.heuristic is None else decider.heuristic)
             if record_features:
-                features.append(point.vector())
-            obs = ep.act(choice)
+                features.append(decider.view.vector(obs))
+            obs = ep.act(action)
     assert ep.result is not None
     trajectory = Trajectory(
         actions=np.asarray(actions, dtype=np.int64),

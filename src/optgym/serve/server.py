@@ -56,10 +56,9 @@ from typing import IO, Any
 from optgym.errors import OptgymError
 from optgym.policies import resolve_policy
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
-from optgym.problems import FeatureView, Problem, get_problem, problem_flags
+from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags
 from optgym.protocol import Header
-from optgym.rollout.episode import decides
-from optgym.rollout.rollout import DecisionPoint
+from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
 from optgym.serve.guard import (
     DEFAULT_BELOW,
     Guard,
@@ -78,9 +77,6 @@ from optgym.toolchain.llvm import find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 
 MAX_REQUEST = 1 << 20
-#: Decision points remembered (~0.5 KB each): a C++ build meets the same call site — same features, same
-#: heuristic answer — in many translation units (35 % of graphite2's 9,208 decisions repeat one).
-MEMO_ENTRIES = 1 << 15
 DEFAULT_TIMEOUT = 3600.0
 #: How a served compile may end that is the policy's doing, not the source's: the build gets clang's own
 #: compile instead. A crash counts (clang has no business crashing on a valid answer, but a policy drives it
@@ -92,15 +88,15 @@ FALLBACK_STATUSES = frozenset(["crash", "timeout", "protocol_error", "aborted"])
 NO_CRASH_FILES = "-fno-crash-diagnostics"
 
 
-def _fits(policy: Any, problem: Problem, header, compiler_version: str) -> str | None:
+def _fits(policy: Policy, header: Header, compiler_version: str) -> str | None:
     """Why ``policy`` must not decide for this compiler, or ``None`` when it fits."""
-    expected = getattr(policy, "feature_names", None)
-    if expected is not None:
+    info = PolicyInfo.of(policy)
+    if info.feature_names is not None:
         sent = {s.name for s in header.features}
-        missing = [n for n in expected if n not in sent]
+        missing = [n for n in info.feature_names if n not in sent]
         if missing:
             return f"the compiler does not send the policy's features {missing[:5]}"
-    trained_with = (getattr(policy, "source", None) or {}).get("compiler")
+    trained_with = info.compiler
     if trained_with:
         try:
             trained = parse_version(trained_with)
@@ -112,10 +108,11 @@ def _fits(policy: Any, problem: Problem, header, compiler_version: str) -> str |
 
 
 def _memoizable(policy: Any) -> bool:
-    """Whether the policy's answer is a function of what the memo keys on — the feature view, the
-    observation's bytes, the heuristic's answer and the language: true of a greedy :class:`MLPPolicy`
-    (exported or not). A :class:`DecisionPoint`'s one other input, its index in the module, is not read
-    by it; tests/test_serve.py pins both facts, so a new input cannot slip past the memo unnoticed."""
+    """Whether the policy's answer is a function of what the memo keys on (:class:`Decider`) — the feature
+    view, the observation's bytes, the heuristic's answer and the language: true of a greedy
+    :class:`MLPPolicy` (exported or not). A :class:`~optgym.rollout.decider.DecisionPoint`'s one other input,
+    its index in the module, is not read by it; tests/test_serve.py pins both facts, so a new input cannot
+    slip past the memo unnoticed."""
     from optgym.policies.mlp import MLPPolicy
 
     return isinstance(policy, MLPPolicy) and policy.greedy
@@ -153,7 +150,7 @@ class Served:
     spec: str
     policy: Any
     # A deterministic policy's answers, remembered across the build's compiles (~35 µs each saved).
-    memo: dict[tuple[Any, ...], Any] | None = None
+    memo: dict[tuple[Any, ...], Any] | None = None  # see Decider
     view: tuple[Header, FeatureView, str | None] | None = None  # the last header's view and fit verdict
 
 
@@ -439,14 +436,14 @@ class Server:
         cached = served.view
         if cached is None or cached[0] is not header:
             view = served.problem.view(header)
-            verdict = _fits(served.policy, served.problem, header, self.toolchain.version)
+            verdict = _fits(served.policy, header, self.toolchain.version)
             cached = served.view = (header, view, verdict)
         return cached[1], cached[2]
 
     def _drive(
         self,
         compile_: InteractiveCompile,
-        compile_language: str,
+        language: str,
         guard: Guard | None = None,
         served: Sequence[Served] | None = None,
     ) -> dict[str, Any]:
@@ -457,45 +454,23 @@ class Server:
         warnings: list[str] = []
         if compile_.start() is not None:
             # The loop runs once per decision, between two of clang's feature computations: each channel's
-            # names are bound once, when its first decision comes, and each answer's bytes encoded once.
-            states: list[tuple[Any, ...] | None] = [None] * len(served)
-            indices = [0] * len(served)
+            # decider is made once, when its first decision comes, and decides everything after.
+            deciders: list[Decider | None] = [None] * len(served)
             next_observation, answer = compile_.next_observation, compile_.answer
-            while (obs := next_observation()) is not None:
-                channel = compile_.channel
-                state = states[channel]
-                if state is None:
-                    state = states[channel] = self._channel_state(served[channel], compile_, warnings)
-                problem, policy, view, header, warning, memo, encoded = state
-                heuristic = problem.heuristic_action(view, obs)
-                if warning is not None:
-                    action = heuristic
-                elif memo is None:
-                    point = DecisionPoint(view, obs, heuristic, indices[channel], compile_language, problem)
-                    choice = policy(point)
-                    action = choice[0] if isinstance(choice, tuple) else choice
-                else:
-                    key = (view, obs.raw, heuristic, compile_language)
-                    action = memo.get(key)
-                    if action is None:
-                        point = DecisionPoint(view, obs, heuristic, indices[channel], compile_language, problem)
-                        choice = policy(point)
-                        action = choice[0] if isinstance(choice, tuple) else choice
-                        if len(memo) >= MEMO_ENTRIES:
-                            memo.clear()
-                        memo[key] = action
-                if action != heuristic and (why := problem.invalid_action(view, obs, action)) is not None:
-                    # never sent: clang would crash on it (a masked eviction index is a SIGSEGV)
-                    compile_.close()
-                    return {"fallback": True, "warning": f"the policy gave an answer clang cannot take ({why})"}
-                advice = encoded.get(action)
-                if advice is None:
-                    advice = encoded[action] = problem.encode_action(header, action)
-                answer(advice)
-                indices[channel] += 1
-                if guard is not None and action != heuristic:
-                    guard.start()
-                    guard = None  # started once: the rest of the loop checks nothing more
+            try:
+                while (obs := next_observation()) is not None:
+                    channel = compile_.channel
+                    decider = deciders[channel]
+                    if decider is None:
+                        decider = deciders[channel] = self._decider(served[channel], compile_, language, warnings)
+                    action = decider.decide(obs)
+                    answer(decider.advice(obs, action))
+                    if guard is not None and action != decider.heuristic:
+                        guard.start()
+                        guard = None  # started once: the rest of the loop checks nothing more
+            except InvalidAction as why:  # never sent: clang would crash on it (a masked eviction index is a SIGSEGV)
+                compile_.close()
+                return {"fallback": True, "warning": f"the policy gave an answer clang cannot take ({why})"}
         outcome = compile_.finish()
         if outcome.status in FALLBACK_STATUSES:
             return {"fallback": True, "warning": f"served compile ended with {outcome.status}: {outcome.detail}"}
@@ -504,10 +479,10 @@ class Server:
             reply["warning"] = "; ".join(warnings)
         return reply
 
-    def _channel_state(self, served: Served, compile_: InteractiveCompile, warnings: list[str]) -> tuple[Any, ...]:
-        """What the decision loop needs for ``served``'s channel, made at its first decision of a compile. A
-        policy that does not fit this compiler answers nothing: clang's own answer goes instead, or — for a
-        problem whose stream carries none — the compile falls back to a plain one."""
+    def _decider(self, served: Served, compile_: InteractiveCompile, language: str, warnings: list[str]) -> Decider:
+        """The decider of ``served``'s channel, made at its first decision of a compile. A policy that does not
+        fit this compiler answers nothing: clang's own answer goes instead (a decider without a policy), or —
+        for a problem whose stream carries none — the compile falls back to a plain one."""
         header = compile_.header
         assert header is not None
         view, warning = self._view(served, header)
@@ -515,7 +490,8 @@ class Server:
             if not served.problem.heuristic_in_stream:
                 raise OptgymError(f"{served.problem.name}: {warning}, and the compiler sends no answer of its own")
             warnings.append(f"{warning}; this compile used clang's own {served.problem.name} heuristic")
-        return (served.problem, served.policy, view, header, warning, served.memo, {})
+            return Decider(served.problem, view, None, language)
+        return Decider(served.problem, view, served.policy, language, memo=served.memo)
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:
