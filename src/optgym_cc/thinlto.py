@@ -99,34 +99,37 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     ], None
 
 
-def keep_outputs(spec: dict, workdir: str) -> None:
-    """Hard-link (or copy) each backend's native object into its captured working directory."""
+def _place(path: str, workdir: str) -> None:
+    """Hard-link (or copy) ``path``, relative to the link's directory, to the same relative path in ``workdir``."""
     import shutil
 
+    target = os.path.normpath(os.path.join(workdir, path))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        os.link(path, target)
+    except OSError:
+        shutil.copyfile(path, target)
+
+
+def keep_outputs(spec: dict, workdir: str) -> None:
+    """Keep each backend's native object beside its captured inputs: what the link got, for checking replays."""
     for job in spec["jobs"]:
         for path in job["outputs"]:
             if os.path.exists(path) and not os.path.isabs(path):
-                target = os.path.normpath(os.path.join(workdir, path))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                try:
-                    os.link(path, target)
-                except OSError:
-                    shutil.copyfile(path, target)
+                _place(path, workdir)
 
 
 def capture(spec: dict, root: str) -> str:
-    """Record the backends of lld's plan ``spec`` under ``root`` for a corpus, before they run; the working
-    directory made for them (lld deletes the
-    index files and the archive members it extracted once the link is done).
+    """Record the backends of lld's plan ``spec`` under ``root`` for a corpus before they run (lld deletes the
+    index files and the archive members it extracted once the link is done); the working directory made for them.
 
     A backend reads its module, its index and the modules it imports under the paths the link named them by,
     relative to the link's directory (CMake's ``CMakeFiles/x.dir/a.c.o``, lld's ``lib.a(m.o at 156).2.54B4.o``):
     its module identifier is that path, and a compile given another path for it compiles to nothing. So every
-    input is hard-linked (or copied) into a fresh working directory of this link at the same relative path, and
-    ``backends.jsonl`` gets one line per job: that directory and the job's command (lld's common arguments and
-    the job's own, the module first), run there. Absolute inputs
-    stay where they are (a toolchain's, the build tree's); ``..`` in a path is met by nesting the directory."""
-    import shutil
+    input is placed in a fresh working directory of this link at the same relative path, and ``backends.jsonl``
+    gets one line per job: that directory and the job's command (lld's common arguments and the job's own, the
+    module first), to be run there. Absolute inputs stay where they are (a toolchain's, the build tree's); ``..``
+    in a path is met by nesting the directory."""
     import tempfile
 
     jobs = spec["jobs"]
@@ -137,12 +140,7 @@ def capture(spec: dict, root: str) -> str:
                                 dir=os.path.join(root, "links"))  # fmt: skip
     workdir = os.path.join(link_dir, *(["w"] * depth))
     for path in inputs:
-        target = os.path.normpath(os.path.join(workdir, path))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copyfile(path, target)
+        _place(path, workdir)
     where = {"workdir": os.path.relpath(workdir, root), "link": spec["common"].get("linker_output"), "cwd": os.getcwd()}
     records = [json.dumps(where | {"common": spec["common"]["args"], "job": job["args"]}) for job in jobs]
     with open(os.path.join(root, "backends.jsonl"), "a", encoding="utf-8") as f:
