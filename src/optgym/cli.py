@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -32,7 +32,7 @@ Workers = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
 
@@ -243,7 +243,7 @@ def evaluate(
                 _fail(f"{policy} has no snapshots (expected {policy}/snapshots/<iteration>/policy)")
     except OptgymError as e:
         _fail(str(e))
-    identity = {"policy": policy, "policy_identity": factory.identity, "problem": problem, "mode": mode,
+    identity: dict[str, Any] = {"policy": policy, "policy_identity": factory.identity, "problem": problem, "mode": mode,
                 "with": {name: resolve_policy(spec, name).identity for name, spec in companions},
                 "corpus": str(corpus), "split": split, "language": language, "compiler": toolchain.banner,
                 "optgym": __version__}  # fmt: skip

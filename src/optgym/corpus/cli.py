@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -40,7 +40,7 @@ KeepVariants = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
 
@@ -334,10 +334,10 @@ def split_cmd(
         _fail(str(e))
     if record["by"] != by:
         console.print(f"[yellow]note[/] {corpus} records no packages: split by {record['by']}", highlight=False)
-    groups = f" (test packages: {', '.join(record['test_groups'])})" if record["test_groups"] else ""
+    tested = f" (test packages: {', '.join(record['test_groups'])})" if record["test_groups"] else ""
     console.print(
         f"[bold green]split[/] {corpus}: {record['train_modules']} train, {record['test_modules']} test modules, "
-        f"by {record['by']}, seed {seed}{groups}",
+        f"by {record['by']}, seed {seed}{tested}",
         highlight=False,
     )
 

@@ -364,16 +364,16 @@ def extract(
             if proc.returncode != 0:
                 raise CorpusError(f"extract_ir failed (exit {proc.returncode}); its log: {log_path}")
         extracted = set(json.loads((staging / "corpus_description.json").read_text()).get("modules", []))
-        for e in entries:
-            name = str(e.output.relative_to(base))
+        for entry in entries:
+            name = str(entry.output.relative_to(base))
             if name not in extracted:
-                if not e.output.exists():
+                if not entry.output.exists():
                     reason = "object missing (not built?)"
-                elif _is_bitcode_file(e.output):
+                elif _is_bitcode_file(entry.output):
                     reason = "an LTO object (bitcode, no embedded sections): the build turned on -flto itself"
                 else:
                     reason = "no embedded bitcode (not built by clang with -Xclang -fembed-bitcode=all)"
-                report.skipped.append((str(e.output), reason))
+                report.skipped.append((str(entry.output), reason))
                 continue
             bc, cmd = staging / f"{name}.bc", staging / f"{name}.cmd"
             count = cc1_count(cmd)
@@ -391,9 +391,9 @@ def extract(
         if max_decisions is not None and report.modules:
             staged = [Module(n, staging / f"{n}.bc", staging / f"{n}.cmd") for n in report.modules]
             reasons = over_decision_limit(staged, max_decisions, workers=workers)
-            for module, reason in zip(staged, reasons, strict=True):
-                if reason is not None:
-                    report.skipped.append((module.name, reason))
+            for module, left_out in zip(staged, reasons, strict=True):
+                if left_out is not None:
+                    report.skipped.append((module.name, left_out))
                     module.bitcode.unlink(missing_ok=True)
                     module.command.unlink(missing_ok=True)
             report.modules = [m.name for m, reason in zip(staged, reasons, strict=True) if reason is None]

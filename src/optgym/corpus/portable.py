@@ -125,7 +125,7 @@ def portable_modules(
     address = ray_backend_address(workers, ray_address)
     if address is None or any(m.thinlto_index for m in modules):
         return list(modules)
-    return upload(modules, address)
+    return list(upload(modules, address))
 
 
 def local_module(module: PortableModule) -> Module:

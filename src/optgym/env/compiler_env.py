@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
@@ -75,7 +76,7 @@ class CompilerEnv(gym.Env):
         transcript_dir = transcript_dir or os.environ.get("OPTGYM_TRANSCRIPT")
         self.transcript_dir = Path(transcript_dir) if transcript_dir else None
         self.cache = cache or ResultCache("baseline")
-        self.observation_space = problem.observation_space()
+        self.observation_space: spaces.Dict = problem.observation_space()
         self.action_space = problem.action_space()
         self._order: list[int] = []
         self._no_decisions: set[str] = set()
@@ -187,7 +188,8 @@ class CompilerEnv(gym.Env):
 
     def _empty_observation(self) -> dict[str, np.ndarray]:
         """The terminal observation: zeros (gymnasium wants one; it carries no information)."""
-        return {name: np.zeros(box.shape, dtype=box.dtype) for name, box in self.observation_space.spaces.items()}
+        boxes = self.observation_space.spaces.items()  # every one a Box (Problem.observation_space)
+        return {name: np.zeros(box.shape, dtype=box.dtype) for name, box in boxes if isinstance(box, spaces.Box)}
 
     def _close_episode(self) -> None:
         if self._episode is not None:

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,9 @@ from gymnasium import spaces
 
 from optgym.problems.normalize import PER_FEATURE, Normalizer, Vocab
 from optgym.rollout.rollout import DecisionPoint, rollout
+
+if TYPE_CHECKING:
+    from optgym.env.compiler_env import CompilerEnv
 
 
 def feature_order(env: gym.Env) -> list[str]:
@@ -55,7 +58,7 @@ class FlattenFeatures(gym.ObservationWrapper):
         self.names = feature_order(env)
         space = env.observation_space
         assert isinstance(space, spaces.Dict)
-        self.sizes = [int(np.prod(space[n].shape)) for n in self.names]
+        self.sizes = [int(np.prod(space[n].shape or ())) for n in self.names]
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(sum(self.sizes),), dtype=np.float32)
 
     def observation(self, observation: dict[str, np.ndarray]) -> np.ndarray:
@@ -100,7 +103,8 @@ class OptimalDecision(gym.Wrapper):
         return obs, info
 
     def _size(self, choice: int) -> float | None:
-        base = self.env.unwrapped
+        base = cast("CompilerEnv", self.env.unwrapped)
+        assert self._module is not None, "reset() names the module"
         module = base.corpus[self._module]
         run = rollout(base.problem, module, base.toolchain, _Replay(self._actions, choice), timeout=base.timeout)
         return run.result.metrics.get("text_bytes") if run.result.ok else None
@@ -110,7 +114,8 @@ class OptimalDecision(gym.Wrapper):
         sizes = {a: self._size(a) for a in (0, 1)}
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._actions.append(action)
-        base_size = self.env.unwrapped._baseline.metrics.get("text_bytes") if self.env.unwrapped._baseline else None
+        baseline = cast("CompilerEnv", self.env.unwrapped)._baseline
+        base_size = baseline.metrics.get("text_bytes") if baseline else None
         look_ahead = 0.0
         if None not in sizes.values() and base_size:
             chosen, other = sizes[action], sizes[1 - action]
@@ -119,7 +124,7 @@ class OptimalDecision(gym.Wrapper):
             info["optimal_action"] = best
         info["look_ahead_reward"] = look_ahead
         self._heuristic = info.get("heuristic_action")
-        total = look_ahead + (reward if self.keep_final else 0.0)
+        total = look_ahead + (float(reward) if self.keep_final else 0.0)
         return obs, total, terminated, truncated, info
 
 

@@ -36,7 +36,7 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from optgym.policies import file_identity
 from optgym.policies.exported import (
@@ -79,6 +79,7 @@ def _fields(data: memoryview) -> list[tuple[int, int, Any]]:
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
+        value: int | memoryview
         if wire == 0:
             value, pos = _varint(data, pos)
         elif wire == 1 or wire == 5:
@@ -150,7 +151,7 @@ class ExportedScorer(CandidateScorer):
 
 
 #: How each kind of policy identity (``export.policy_identity``, "KIND:sha256") is loaded.
-_EXPORTED = {"mlp": ExportedPolicy, "scorer": ExportedScorer}
+_EXPORTED: dict[str, type[ExportedPolicy] | type[ExportedScorer]] = {"mlp": ExportedPolicy, "scorer": ExportedScorer}
 
 
 def _unpack(path: Path, props: dict[str, str], directory: Path) -> None:
@@ -198,7 +199,8 @@ def load_embedded(path: Path | str) -> ExportedPolicy | ExportedScorer | None:
         if file_identity(directory) != expected:
             raise ExportError(f"{path} is damaged: its embedded policy is not the one it was exported from")
         try:
-            policy = _EXPORTED[kind].load(directory)
+            # the class's own load (a scorer's may be one of its forms): given path and metadata below
+            policy = cast("ExportedPolicy | ExportedScorer", _EXPORTED[kind].load(directory))
         except (PolicyFileError, OSError, ValueError) as e:
             raise ExportError(f"{path}: its embedded policy cannot be loaded: {e}") from None
     if policy.feature_names != list(metadata.get("features") or []):

@@ -200,7 +200,7 @@ def build_scorer_model(scorer: CandidateScorer, metadata: dict[str, Any]) -> onn
     node = helper.make_node
     residual = isinstance(scorer, ResidualScorer)
     nodes = [node("MatMul", ["weights", INPUT], ["linear" if residual else "weighted"])]
-    if residual:
+    if isinstance(scorer, ResidualScorer):
         consts |= {"one": np.ones((), np.float64), "U_t": scorer.U.T.copy(), "c": scorer.c.reshape(-1, 1),
                    "v": scorer.v.reshape(1, -1)}  # fmt: skip
         nodes += [
@@ -518,6 +518,7 @@ def _check_scorer_export(scorer: CandidateScorer, served: Any, output: Path, fou
     eviction's), some masked."""
     session = _session(read_policy_bytes(output), output)
     rng = np.random.default_rng(0)
+    assert scorer.mask is not None, "a candidate scorer reads its mask (a log-linear one is checked apart)"
     for _ in range(64):
         table = rng.integers(-4, 64, size=(len(scorer.features), 33)).astype(np.float64)
         mask = (rng.random(33) < 0.7).astype(np.float64)

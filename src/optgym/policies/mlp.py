@@ -196,7 +196,7 @@ class MLPPolicy:
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
         try:
-            arrays = {}
+            arrays: dict[str, Any] = {}  # np.savez's keyword arrays
             for i, (w, b) in enumerate(self.weights):
                 arrays[f"W{i}"], arrays[f"b{i}"] = w.astype(np.float32), b.astype(np.float32)
             np.savez(tmp / "weights.npz", **arrays)

@@ -54,7 +54,7 @@ class CandidateScorer:
         weights: Mapping[str, float],
         *,
         problem: str,
-        mask: str | None = "mask",
+        mask: str = "mask",
         source: dict[str, Any] | None = None,
         languages: Sequence[str] | None = None,
     ) -> None:
@@ -63,8 +63,9 @@ class CandidateScorer:
         self.languages = None if languages is None else list(languages)
         self.features = list(weights)
         self.weights = np.asarray([weights[f] for f in self.features], dtype=np.float64)
-        self.problem, self.mask, self.source = problem, mask, source or {}
-        self._read = [*self.features, mask]
+        self.problem, self.source = problem, source or {}
+        self.mask: str | None = mask  # None: a scorer without one (LogLinearScorer)
+        self._read: list[str] = [*self.features, mask]
 
     @classmethod
     def initial(cls, problem: str, **kw: Any) -> CandidateScorer:
@@ -91,10 +92,11 @@ class CandidateScorer:
         """Every column's score, ``-inf`` where the mask rules the column out."""
         columns = np.stack([np.asarray(features[f], dtype=np.float64).ravel() for f in self.features])
         scores = self.column_scores(columns)
-        scores[np.asarray(features[self.mask]).ravel() == 0] = -np.inf
+        if self.mask is not None:
+            scores[np.asarray(features[self.mask]).ravel() == 0] = -np.inf
         return scores
 
-    def __call__(self, point: DecisionPoint) -> tuple[int, float]:
+    def __call__(self, point: DecisionPoint) -> tuple[int | float, float]:
         # one matrix straight from the stream's bytes, the mask its last row: ~10x faster than scores(dict)
         rows = point.rows(self._read)
         scores = self.column_scores(rows[:-1])
@@ -252,7 +254,7 @@ class ResidualScorer(CandidateScorer):
     @classmethod
     def extending(cls, linear: CandidateScorer, hidden: int, *, seed: int = 0) -> ResidualScorer:
         """``linear`` with ``hidden`` units added whose output weights are 0: the same decisions, more to tune."""
-        if hidden < 1 or isinstance(linear, LogLinearScorer):
+        if hidden < 1 or isinstance(linear, LogLinearScorer) or linear.mask is None:
             raise ValueError("a residual scorer extends a linear candidate scorer by at least one unit")
         rng = np.random.default_rng(seed)
         n = len(linear.features)

@@ -65,7 +65,7 @@ class TensorSpec:
         name, type_, shape, port = obj.get("name"), obj.get("type"), obj.get("shape"), obj.get("port", 0)
         if not isinstance(name, str) or not name:
             raise ProtocolError(f"tensor spec without a name: {obj!r:.200}")
-        if type_ not in DTYPES:
+        if not isinstance(type_, str) or type_ not in DTYPES:
             raise ProtocolError(f"tensor {name!r}: unknown type {type_!r} (known: {', '.join(DTYPES)})")
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape

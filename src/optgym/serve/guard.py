@@ -212,7 +212,7 @@ class Guard:
                 return {"guard": "policy", "guard_detail": f"{policy} B of text, not under {self.below}"}
             self.below = None  # small: guard it as any object
             self.start()
-        if self.proc is None:
+        if self.proc is None or self.reference is None:
             return {"guard": "policy", "guard_detail": self.why_not or "every decision was clang's own"}
         if wait_exit(self.proc, timeout) != 0:
             return {"guard": "policy", "guard_detail": "clang's own compile failed or timed out"}

@@ -62,7 +62,7 @@ def _sections(data: bytes) -> list[tuple[str, int, int, int]]:
     return result
 
 
-def object_sizes(obj: Path | bytes) -> ObjectSizes:
+def object_sizes(obj: str | Path | bytes) -> ObjectSizes:
     """Berkeley ``text`` and ``.text*`` totals of one object (a path, or the object's bytes)."""
     text = dottext = 0
     for name, _type, flags, size in _sections(obj if isinstance(obj, bytes) else Path(obj).read_bytes()):

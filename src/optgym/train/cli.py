@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -56,7 +56,7 @@ train_app = typer.Typer(
 )
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
 
@@ -304,8 +304,7 @@ def _rerun(algorithm: str, options: dict, target: Path) -> None:
     else:
         from optgym.train.sb3 import SB3Config, train_sb3
 
-        cfg = SB3Config(**{**options, "output": str(target), "algorithm": algorithm})
-        train_sb3(cfg, say=console.print)
+        train_sb3(SB3Config(**{**options, "output": str(target), "algorithm": algorithm}), say=console.print)
 
 
 @train_app.command("es")

@@ -197,7 +197,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     if not corpus:  # before the run directory exists: a refused run leaves nothing behind
         raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
     # a companion that cannot be loaded refuses the run before its directory exists, too
-    with_policies = companion_factories(cfg.problem, [tuple(pair) for pair in cfg.companions], cfg.workers)
+    with_policies = companion_factories(cfg.problem, [(name, spec) for name, spec in cfg.companions], cfg.workers)
     prepare_run_dir(run, resume=resume)
     write_config(run, "es", asdict(cfg))  # a resume may extend the budget (--iterations)
     modules = [m.name for m in corpus]
@@ -224,6 +224,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         else:
             policy = MLPPolicy.initial(Vocab.load(cfg.vocab), cfg.hidden, seed=cfg.seed, problem=cfg.problem)  # type: ignore[arg-type]
         if cfg.scorer_hidden and not isinstance(policy, ResidualScorer):
+            if not isinstance(policy, CandidateScorer):
+                raise RunError(f"--scorer-hidden extends a candidate scorer: --warmstart {cfg.warmstart} is not one")
             policy = ResidualScorer.extending(policy, cfg.scorer_hidden, seed=cfg.seed)
         if isinstance(policy, CandidateScorer) and cfg.language and policy.languages is None:
             policy.languages = [cfg.language]  # it decides what it was trained on

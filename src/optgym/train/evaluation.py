@@ -51,6 +51,12 @@ class ModuleRow:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def texts(self) -> tuple[int, int]:
+        """``(heuristic_text, policy_text)``: only for a row that is ``ok`` (both compiled)."""
+        assert self.heuristic_text is not None and self.policy_text is not None
+        return self.heuristic_text, self.policy_text
+
     def guarded_below(self, below: int) -> int:
         """The text a build guarding objects under ``below`` bytes keeps (the policy's decides whether it is
         small: clang's size is what the guard pays a compile to learn). Only for a row that is ``ok``."""
@@ -178,7 +184,7 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
         "never_inline_text_bytes": total("never_text") if any(r.never_text is not None for r in ok) else None,
         "total_ratio": p / h if h else None,
         # what a build with OPTGYM_GUARD=1 gets: per module the smaller of the policy's object and clang's
-        "guarded_ratio": sum(min(r.policy_text, r.heuristic_text) for r in ok) / h if h else None,  # type: ignore[type-var]
+        "guarded_ratio": sum(min(r.texts) for r in ok) / h if h else None,
         # what a build with OPTGYM_GUARD_BELOW=GUARD_BELOW gets: the smaller one only where the policy's is small
         "guarded_below_ratio": sum(r.guarded_below(GUARD_BELOW) for r in ok) / h if h else None,
         "guarded_below_over_1pct": sum(r.guarded_below(GUARD_BELOW) > 1.01 * r.heuristic_text for r in ok),  # type: ignore[operator]
@@ -238,7 +244,7 @@ def evaluate(
     if candidates:
         portfolio = portfolio or load_portfolio()
         mine = {n for n in names if corpus.module(n).family == portfolio.family}
-        common = {"workers": workers, "timeout": timeout, "progress": progress}
+        common: dict[str, Any] = {"workers": workers, "timeout": timeout, "progress": progress}
         build = [(get_problem(name).name, spec) for name, spec in [(problem, policy), *companions]]
         # a problem the first candidate names but the command decides with another policy: not this portfolio's
         # build (optgym-cc would compile it without the portfolio); the problems the command leaves out it fills in
@@ -262,7 +268,7 @@ def evaluate(
     sources = portable_modules([corpus.module(n) for n in names], workers)
     tasks = [_Task(problem, source, n, factory, mode, seed + i, timeout, transcripts, with_policies, tuple(flags))
              for i, (n, source) in enumerate(zip(names, sources, strict=True))]  # fmt: skip
-    rows: list[ModuleRow | None] = [None] * len(tasks)
+    slots: list[ModuleRow | None] = [None] * len(tasks)
     totals = {"h": 0, "p": 0}
 
     def running() -> str:
@@ -270,11 +276,12 @@ def evaluate(
 
     for index, row in run_tasks(evaluate_module, tasks, workers=workers, description=f"evaluate {policy}",
                                 status=running, progress=progress, on_error=_task_failed):  # fmt: skip
-        rows[index] = row
+        slots[index] = row
         if row.ok:
-            totals["h"] += row.heuristic_text
-            totals["p"] += row.policy_text
-    return [r for r in rows if r is not None]
+            heuristic, text = row.texts
+            totals["h"] += heuristic
+            totals["p"] += text
+    return [r for r in slots if r is not None]
 
 
 def evaluate_portfolio(
@@ -316,14 +323,14 @@ def evaluate_portfolio(
             combined.append(first)
             continue
         kept, label = first, runs[0][0]
-        for candidate, rows in runs[1:]:
-            row = rows[name]
-            if row.ok and row.policy_text < kept.policy_text:  # type: ignore[operator]
-                kept, label = row, candidate
-        text, dottext = kept.policy_text, kept.policy_dottext
-        if with_clang and kept.heuristic_text < text:  # type: ignore[operator]
-            text, dottext, label = kept.heuristic_text, kept.heuristic_dottext, "clang"
-        seconds = sum(rows[name].compile_seconds for _, rows in runs)
+        for other, other_rows in runs[1:]:
+            row = other_rows[name]
+            if row.ok and row.texts[1] < kept.texts[1]:
+                kept, label = row, other
+        (heuristic, text), dottext = kept.texts, kept.policy_dottext
+        if with_clang and heuristic < text:
+            text, dottext, label = heuristic, kept.heuristic_dottext, "clang"
+        seconds = sum(by_module[name].compile_seconds for _, by_module in runs)
         combined.append(replace(kept, policy_text=text, policy_dottext=dottext, detail=label, compile_seconds=seconds,
-                                ratio=text / kept.heuristic_text if kept.heuristic_text else 1.0))  # fmt: skip
+                                ratio=text / heuristic if heuristic else 1.0))  # fmt: skip
     return combined

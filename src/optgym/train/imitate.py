@@ -129,7 +129,7 @@ def write_demonstrations(out: Path, sources: list[tuple[str, bool, bool]], probl
     per_source = {}
     for directory, examined_only, skipped in sources:
         traces = demonstrations(directory, examined_only=examined_only, skipped=skipped)
-        per_source[directory] = sum(len(t.actions) for t in traces)  # type: ignore[arg-type]
+        per_source[directory] = sum(len(t.actions) for t in traces if t.actions is not None)
         for t in traces:
             writer.add(t)
     meta = {

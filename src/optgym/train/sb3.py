@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -47,6 +48,9 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
+
+if TYPE_CHECKING:
+    from optgym.env.compiler_env import CompilerEnv
 
 log = logging.getLogger(__name__)
 ALGORITHMS = ("ppo", "a2c", "dqn")
@@ -98,7 +102,7 @@ class NeverInlineSize(gym.Wrapper):
         from optgym.rollout import rollout
         from optgym.rollout.simple import never
 
-        base = self.env.unwrapped
+        base = cast("CompilerEnv", self.env.unwrapped)
         module = base.corpus[name]
         problem, toolchain = base.problem, base.toolchain
         key = self.cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity])
@@ -119,7 +123,9 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures
 
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
-    env = optgym.make(cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"])
+    env: gym.Env = optgym.make(
+        cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"]
+    )
     if cfg.get("optimal_decision"):
         from optgym.env.wrappers import OptimalDecision
 
@@ -215,7 +221,7 @@ def _csv_writer(path: Path):
             self.csv = ProgressCSV(path)
 
         def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-            row = {"timesteps": step}
+            row: dict[str, Any] = {"timesteps": step}
             row.update({k: v for k, v in key_values.items() if isinstance(v, int | float | np.number)})
             self.csv.write(row)
 
@@ -228,7 +234,7 @@ def _csv_writer(path: Path):
 class TrainingCallback:
     """Per-iteration results, console line and snapshots; built lazily on SB3's ``BaseCallback``."""
 
-    def __new__(cls, *args: Any, **kwargs: Any):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         from stable_baselines3.common.callbacks import BaseCallback
 
         class _Callback(BaseCallback):
@@ -269,10 +275,11 @@ class TrainingCallback:
                 record("time/decisions_per_second", self.window_steps / elapsed)
                 record("results/compile_failures", self.failures)
                 record("results/episodes", len(eps))
-                buffer = [e["r"] for e in self.model.ep_info_buffer]
+                infos = self.model.ep_info_buffer or ()
+                buffer = [e["r"] for e in infos]
                 if buffer:
                     record("rollout/ep_rew_mean", float(np.mean(buffer)))
-                    record("rollout/ep_len_mean", float(np.mean([e["l"] for e in self.model.ep_info_buffer])))
+                    record("rollout/ep_len_mean", float(np.mean([e["l"] for e in infos])))
                 line = (
                     f"iter {self.iteration:4d}  steps {self.num_timesteps:8d}  {self.window_steps / elapsed:7.0f} dec/s"
                 )
@@ -368,7 +375,7 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
     vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
     env_cfg = {"corpus": cfg.corpus, "split": cfg.split, "vocab": cfg.vocab, "seed": cfg.seed,
                "timeout": cfg.timeout, "problem": cfg.problem, "optimal_decision": cfg.optimal_decision}  # fmt: skip
-    factories = [_EnvFactory(env_cfg, rank) for rank in range(cfg.workers)]
+    factories: list[Callable[[], gym.Env]] = [_EnvFactory(env_cfg, rank) for rank in range(cfg.workers)]
     venv = SubprocVecEnv(factories, start_method="forkserver") if cfg.workers > 1 else DummyVecEnv(factories)
     try:
         cls = _algorithm_class(cfg.algorithm)

@@ -188,7 +188,8 @@ class _FeatureRecorder:
     """Wraps a policy to keep each state's raw features (int64, unlike ``vector()``'s float32)."""
 
     def __init__(self, policy: Policy) -> None:
-        self.policy, self.rows = policy, []
+        self.policy = policy
+        self.rows: list[dict[str, np.ndarray]] = []
 
     def __call__(self, point: DecisionPoint):
         self.rows.append(point.features())
@@ -413,7 +414,9 @@ class ModuleSearch:
         subjects, actions = self.best.get("subjects"), self.best["actions"]
         if subjects is None:
             return []
-        tried, counts, order = set(self.record["cursor"].get("groups_tried", [])), {}, []
+        tried = set(self.record["cursor"].get("groups_tried", []))
+        counts: dict[str, int] = {}
+        order: list[str] = []
         for name, action in zip(subjects, actions.tolist(), strict=True):
             if action == 0 and name and name not in tried:
                 counts[name] = counts.get(name, 0) + 1

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -97,6 +97,8 @@ class Rule:
 
 #: A candidate: clang's decisions plus every call site one of its rules admits.
 Shift = tuple[Rule, ...]
+#: A rule's unit in the policy's network: (step at, direction, weight on h, weight on cxx, gate bias, gates).
+Step = tuple[float, float, float, float, float, tuple[tuple[str, str, int], ...]]
 Candidate = Shift | str | int | tuple[int, int | None] | None  # what threshold_policy takes (see parse_shift)
 
 
@@ -156,9 +158,9 @@ def parse_shift(text: Candidate) -> Shift | None:
     if isinstance(text, int):
         return (Rule(text),)
     if isinstance(text, tuple) and all(isinstance(rule, Rule) for rule in text):
-        return text  # already parsed
+        return cast(Shift, text)  # already parsed
     if isinstance(text, tuple):
-        k, users = text
+        k, users = cast(tuple[int, int | None], text)
         return (Rule(k, () if users is None else ((USERS, "<=", users),)),)
     try:
         return tuple(_rule(part) for part in str(text).split("+"))
@@ -195,7 +197,7 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
     h, m, lang = width, width + 1, width + 2
     gate_column = {g: width + len(EXTRAS) + i for i, g in enumerate(gates)}
 
-    def step(rule: Rule, cxx: bool) -> tuple[float, float, float, float, float, tuple]:
+    def step(rule: Rule, cxx: bool) -> Step:
         """A rule's unit. Added (h = 0): open where m > at ⇔ threshold − cost > −K − ½ ⇔ cost − threshold ≤ K.
         Withdrawn (h = 1): open where m < at ⇔ threshold − cost < K + ½ ⇔ cost − threshold ≥ −K."""
         at = float(margin(np.array([rule.up + 0.5 if rule.refuse else -rule.up - 0.5]), np.array([0.0]))[0])
@@ -205,7 +207,7 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
 
     # (step at, direction, weight on h, weight on cxx, gate bias, gates): open only where its gates sum to 0;
     # direction +1 opens above `at` and adds an inline, −1 opens below it and takes clang's away
-    steps = [(-10.0, 1.0, GATE, 0.0, -GATE, ())]  # keep clang's inline
+    steps: list[Step] = [(-10.0, 1.0, GATE, 0.0, -GATE, ())]  # keep clang's inline
     steps += [step(r, cxx=True) for r in shifts["cxx"] or ()]  # C++ rules
     steps += [step(r, cxx=False) for r in shifts["c"] or ()]  # C rules
     w0, b0 = np.zeros((width + len(extras), 2 * len(steps))), np.zeros(2 * len(steps))
@@ -278,7 +280,11 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     for lang in cfg.languages:
         allowed = [c for c in candidates if c[lang]["evaluated"] and not c[lang]["failed"] and all(
                    f["regressed_share"] <= cfg.max_regressed for f in c[lang].get("samples", [c[lang]]))]  # fmt: skip
-        best = min(allowed, key=lambda c, lang=lang: c[lang]["total_ratio"], default=None)
+
+        def total_ratio(c: dict[str, Any], lang: str = lang) -> float:
+            return c[lang]["total_ratio"]
+
+        best = min(allowed, key=total_ratio, default=None)
         chosen[lang] = best["up"] if best else "none"
     say(f"chosen: C++ up {chosen['C++']}, C up {chosen['C']}")
     threshold_policy(features, cxx=parse_shift(chosen["C++"]), c=parse_shift(chosen["C"])).save(

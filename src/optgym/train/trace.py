@@ -38,7 +38,7 @@ from optgym.files import atomic_write_bytes, read_versioned
 from optgym.parallel import run_tasks
 from optgym.policies import PolicyFactory, resolve_policy
 from optgym.policies.portable import portable_policy
-from optgym.problems import get_problem
+from optgym.problems import Metrics, get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain import find_toolchain
@@ -78,15 +78,16 @@ class ModuleTrace:
     actions: np.ndarray | None = None
     heuristic: np.ndarray | None = None
     log_probs: np.ndarray | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    heuristic_metrics: dict[str, float] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=dict)
+    heuristic_metrics: Metrics = field(default_factory=dict)
 
 
 class _Recorder:
     """Wraps a policy to keep each decision's raw features (with their own dtypes, unlike ``vector()``)."""
 
     def __init__(self, policy) -> None:
-        self.policy, self.rows = policy, []
+        self.policy = policy
+        self.rows: list[dict[str, np.ndarray]] = []
 
     def __call__(self, point: DecisionPoint):
         self.rows.append(point.features())
@@ -175,8 +176,8 @@ class TraceWriter:
             columns[name] = values if values.ndim == 1 else pa.FixedSizeListArray.from_arrays(
                 values.reshape(-1), values.shape[1]
             )  # fmt: skip
-        columns["heuristic"] = np.concatenate([t.heuristic for t in traces]).astype(np.int64)  # type: ignore[misc]
-        columns["action"] = np.concatenate([t.actions for t in traces]).astype(np.int64)  # type: ignore[misc]
+        columns["heuristic"] = np.concatenate([t.heuristic for t in traces]).astype(np.int64)
+        columns["action"] = np.concatenate([t.actions for t in traces]).astype(np.int64)
         logp = [t.log_probs if t.log_probs is not None else np.full(len(t.actions), np.nan, np.float32) for t in traces]  # type: ignore[arg-type]
         columns["log_prob"] = np.concatenate(logp).astype(np.float32)
         return pa.table(columns)
