@@ -8,7 +8,7 @@ APT_PACKAGES := clang-22 llvm-22 lld-22 python3-venv gcc make cmake util-linux \
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: all setup system-deps venv demo demo-quick test test-slow bench lint format clean
+.PHONY: all setup system-deps venv demo demo-quick test test-slow bench check lint format clean
 
 all: test
 
@@ -54,6 +54,12 @@ test-slow: setup
 
 bench: setup
 	$(VENV)/bin/python bench/host_overhead.py
+
+## What CI runs before the tests (.ci/run): ruff, the import layers and cycles (.importlinter), the types (mypy).
+check: venv
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy src
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench tools
