@@ -596,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if not console.is_terminal:  # a pipe or a log: do not squeeze the table into 80 columns
         console = Console(width=150)
-    toolchain = find_toolchain(("inliner",))
+    toolchain = find_toolchain((get_problem("inline-size").hook,))
     with tempfile.TemporaryDirectory(prefix="optgym-bench-") as tmp:
         workdir = Path(tmp)
         t0 = time.perf_counter()

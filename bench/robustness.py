@@ -249,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     from optgym.corpus import Corpus
     from optgym.corpus.csmith import build_csmith_corpus, csmith_version
     from optgym.parallel import run_tasks
+    from optgym.problems import problem_class
     from optgym.toolchain import find_toolchain
 
-    toolchain = find_toolchain(("inliner",))
+    toolchain = find_toolchain((problem_class("inline-size").hook,))
     start = time.perf_counter()
     corpus_seconds = 0.0
     if args.corpus:

@@ -79,6 +79,7 @@ def _noop(x: int) -> int:
 def make_corpus(root: Path, variants: int, salt: str):
     """``variants`` salted copies of each demo program: same code, distinct digests."""
     from optgym.corpus.embedded import corpus_from_sources
+    from optgym.problems import problem_class
     from optgym.toolchain import find_toolchain
 
     sources = {}
@@ -93,7 +94,7 @@ def make_corpus(root: Path, variants: int, salt: str):
             extern = 'extern "C" ' if path.suffix == ".cpp" else ""
             out.write_text(path.read_text() + f"\n{extern}int optgym_scaling_{salt}_{k}(void) {{ return {k}; }}\n")
             sources[out.stem] = out
-    return corpus_from_sources(find_toolchain(("inliner",)), sources, root / "corpus")
+    return corpus_from_sources(find_toolchain((problem_class("inline-size").hook,)), sources, root / "corpus")
 
 
 def tasks_for(corpus, policy: str, refs: Sequence[Any] | None = None) -> list:

@@ -91,12 +91,13 @@ def main() -> None:
         corpus = args.corpus
         if corpus is None:
             from optgym.corpus.embedded import corpus_from_sources
+            from optgym.problems import problem_class
             from optgym.toolchain import find_toolchain
 
             sources = {Path(str(p)).stem: Path(str(p)) for p in files("optgym.data.demo").iterdir()
                        if Path(str(p)).suffix in (".c", ".cpp")}  # fmt: skip
             corpus = corpus_from_sources(
-                find_toolchain(("inliner",)), dict(sorted(sources.items())), tmp / "corpus"
+                find_toolchain((problem_class("inline-size").hook,)), dict(sorted(sources.items())), tmp / "corpus"
             ).root
         trace(corpus, tmp / "trace", workers=2, progress=False)
         vocab = vocab_from_trace(tmp / "trace")

@@ -38,6 +38,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 from optgym.corpus.embedded import corpus_from_sources  # noqa: E402
+from optgym.problems import problem_class  # noqa: E402
 from optgym.toolchain import find_toolchain  # noqa: E402
 
 C_SOURCE = r"""
@@ -120,7 +121,7 @@ void h(int x) { emit(5, x); }
 
 @pytest.fixture(scope="session")
 def toolchain():
-    return find_toolchain(("inliner",))
+    return find_toolchain((problem_class("inline-size").hook,))
 
 
 def _corpus(toolchain, root: Path, sources: dict[str, tuple[str, str]], flags=("-Oz",)):

@@ -163,7 +163,7 @@ def test_serving_an_export_needs_neither_torch_nor_sb3(bc_run, work, tmp_path):
     path = _export(bc_run, work / "served.onnx")
     heavy = ("torch", "stable_baselines3", "onnx", "onnxruntime", "gymnasium")
     probe = (
-        "import sys; from optgym.serve.server import Server; s = Server(sys.argv[1]); "
+        'import sys; from optgym.serve.server import Server; s = Server(sys.argv[1], "inline-size"); '
         f"print(type(s.policy).__name__, sorted(m for m in {heavy!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,

@@ -160,7 +160,8 @@ def test_es_trains_a_scorer_that_evaluate_loads(
     assert scorer.languages == ["C"]  # trained on C modules only, it decides C only
     assert scorer.parameters().shape == start.parameters().shape
     assert not np.array_equal(scorer.parameters(), start.parameters())  # two steps moved it
-    out = rollout(get_problem(problem), pressure_corpus["pressure"], find_toolchain((problem,)), scorer)
+    spec = get_problem(problem)
+    out = rollout(spec, pressure_corpus["pressure"], find_toolchain((spec.hook,)), scorer)
     assert out.result.ok and out.result.decisions > 0
     rows = evaluate(str(run), pressure_corpus, problem=problem, workers=1, progress=False)
     assert [r.status for r in rows] == ["ok"] and rows[0].decisions == out.result.decisions

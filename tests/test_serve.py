@@ -184,7 +184,7 @@ def test_memoized_answers_compile_the_same_object(vocab_path, tmp_path):
     policy = MLPPolicy.initial(Vocab.load(vocab_path), extras=RESIDUAL_EXTRAS, seed=5)
     policy.weights = [(w * 50, b) for w, b in policy.weights]
     policy.save(tmp_path / "coin")
-    server = Server(str(tmp_path / "coin"))
+    server = Server(str(tmp_path / "coin"), "inline-size")
     (tmp_path / "x.c").write_text(LIB_C + "int g(int y) { return apply(twice, y) + twice(y + 1); }\n")
     flags = server.problem.compile_flags()
 
@@ -342,7 +342,7 @@ def test_guard_compiles_clangs_object_only_where_the_policy_departs_from_it(tmp_
     clang = "/usr/lib/llvm-22/bin/clang"
     assert run([clang, "-Oz", "-c", "x.c", "-o", "plain.o"], tmp_path).returncode == 0
     for spec, kept in (("pretrained", "policy"), ("heuristic", "policy"), ("never", "clang")):
-        server = Server(spec)
+        server = Server(spec, "inline-size")
         argv = [clang, "-Oz", "-c", "x.c", "-o", f"{spec}.o"]
         flags = [*argv, *server.problem.compile_flags()]
         guard = Guard(argv, str(tmp_path), dict(os.environ))

@@ -103,7 +103,7 @@ def test_a_crashed_compile_falls_back_with_one_warning_and_leaves_no_crash_files
         return answer(self, advice)
 
     monkeypatch.setattr(InteractiveCompile, "answer", crash_at_first_answer)
-    server = Server("never")
+    server = Server("never", "inline-size")
     diagnostics = tmp_path / "stderr"
     with open(diagnostics, "wb") as build_stderr:
         argv = [CLANG, "-Oz", "-c", str(HASHTAB), "-o", str(tmp_path / "x.o")]
@@ -115,7 +115,7 @@ def test_a_crashed_compile_falls_back_with_one_warning_and_leaves_no_crash_files
 
 def test_a_served_compiles_diagnostics_reach_the_build(tmp_path):
     (tmp_path / "w.c").write_text("int f(int x) { int unused; return x; }\n")
-    server = Server("never")
+    server = Server("never", "inline-size")
     diagnostics = tmp_path / "stderr"
     with open(diagnostics, "wb") as build_stderr:
         argv = [CLANG, "-Oz", "-Wall", "-c", "w.c", "-o", "w.o"]

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from optgym.errors import ToolchainError
+from optgym.problems import problem_class
 from optgym.toolchain import find_toolchain, object_sizes
 from optgym.toolchain.llvm import _probe, parse_version
 
 
 def test_finds_clang_22_with_hooks(toolchain):
     assert toolchain.major >= 22
-    assert toolchain.hooks()["inliner"] and toolchain.hooks()["regalloc-evict"]
+    assert all(toolchain.accepts(problem_class(name).hook) for name in ("inline-size", "regalloc-evict"))
     assert toolchain.tool("llvm-size").exists()
 
 
@@ -52,7 +53,7 @@ def test_explicit_dir_without_clang_is_an_error(tmp_path, monkeypatch):
 def test_missing_hooks_are_reported(fake_clang):
     fake_clang("clang version 22.1.0", accepts_mllvm=False)
     with pytest.raises(ToolchainError, match="lacks the MLGO interactive hooks"):
-        find_toolchain(("inliner",))
+        find_toolchain((problem_class("inline-size").hook,))
 
 
 def test_parse_version():

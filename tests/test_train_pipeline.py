@@ -161,7 +161,7 @@ def test_bc_clones_the_heuristic(bc_dir, corpus_dir):
     from optgym.corpus import Corpus
     from optgym.toolchain import find_toolchain
 
-    result = rollout(problem, Corpus(corpus_dir)["tree"], find_toolchain(("inliner",)), policy)
+    result = rollout(problem, Corpus(corpus_dir)["tree"], find_toolchain((problem.hook,)), policy)
     assert result.result.ok and result.trajectory.log_probs is not None
     sampled = policy.stochastic(seed=1)
     assert sampled.greedy is False and sampled(_Point(np.zeros(38, np.float32)))[0] in (0, 1)

@@ -447,7 +447,7 @@ def time_module(vocab: Path, module: Module, toolchain: Toolchain, repeats: int 
 
 def check(vocab: Path, corpus: Path, module_name: str | None, time_n: int, repeats: int) -> int:
     """The ``check`` command: header and values on one module, then optionally timings."""
-    toolchain = find_toolchain(("inliner",))
+    toolchain = find_toolchain((InlineSize.hook,))
     corp = Corpus(corpus)
     by_size = sorted(corp, key=lambda m: m.bitcode.stat().st_size, reverse=True)
     module = corp[module_name] if module_name else by_size[0]

@@ -57,17 +57,21 @@ def _global_options(
 
 @app.command()
 def doctor() -> None:
-    """Say what optgym found: clang, its version and MLGO hooks, the LLVM tools, Python packages."""
+    """Say what optgym found: clang, its version and the MLGO hook of every decision problem, the LLVM tools,
+    Python packages."""
     from optgym.errors import ToolchainError
+    from optgym.problems import registry
     from optgym.toolchain.llvm import find_toolchain
 
     ok = True
     try:
         tc = find_toolchain()
         console.print(f"clang      {tc.clang}  ({tc.banner})")
-        for name, present in tc.hooks().items():
-            console.print(f"hook       {name:18s} {'[green]yes[/]' if present else '[red]no[/]'}")
-            ok &= present or name != "inliner"
+        for name, problem in registry().items():  # the hooks the problems declare: a new problem's is checked too
+            present = tc.accepts(problem.hook)
+            answer = "[green]yes[/]" if present else "[red]no[/]"
+            console.print(f"hook       {problem.hook.name:18s} {answer}  {name}", highlight=False)
+            ok &= present or problem.hook.name != "inliner"  # inlining is what optgym does first; the rest may lack
         for tool in ("llvm-objcopy", "llvm-size"):
             try:
                 console.print(f"tool       {tool:18s} {tc.tool(tool)}")
@@ -439,9 +443,10 @@ def demo(
     import subprocess
     import time
 
+    from optgym.problems import problem_class
     from optgym.toolchain import find_toolchain
 
-    toolchain = find_toolchain(("inliner",))
+    toolchain = find_toolchain((problem_class("inline-size").hook,))
     console.print(f"[bold]compiler[/] {toolchain.banner} at {toolchain.clang}")
     if bundled:
         _bundled_demo(output)

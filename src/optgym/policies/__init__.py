@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from optgym.errors import OptgymError
+from optgym.problems import registry
 from optgym.rollout.rollout import Policy
 from optgym.rollout.simple import SIMPLE_POLICIES, RandomPolicy
 
@@ -31,12 +32,16 @@ class PolicyError(OptgymError):
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 PRETRAINED = PRETRAINED_DIR / "inline-size.onnx"
 PRETRAINED_PROVENANCE = PRETRAINED_DIR / "inline-size.provenance.json"
-#: Each problem's shipped policy, by file name in PRETRAINED_DIR (each an ``optgym export`` ONNX file).
-PRETRAINED_NAMES = {
-    "inline-size": PRETRAINED.name,
-    "regalloc-evict": "regalloc-evict.onnx",
-    "regalloc-priority": "regalloc-priority.onnx",
-}
+
+
+def pretrained_names() -> dict[str, str]:
+    """Each registered problem's shipped policy, by file name in PRETRAINED_DIR (each an ``optgym export`` ONNX
+    file): what the problem declares (``Problem.pretrained``), so a new problem ships one without an edit here."""
+    return {name: cls.pretrained for name, cls in registry().items() if cls.pretrained is not None}
+
+
+#: :func:`pretrained_names` of optgym's own problems (the registry at import; the functions here read it live).
+PRETRAINED_NAMES = pretrained_names()
 #: The guard's bound without ``OPTGYM_GUARD_BELOW`` (:mod:`optgym.serve.guard`), for every served compile. Chosen on
 #: training modules: first for C compiles with the allocator's scorers (they depart from clang in every compile and
 #: cannot hand a single decision back): 25 of 404 C modules > 1 % larger, 19 of them under 2 kB of text — a size 229 of
@@ -47,17 +52,17 @@ PRETRAINED_NAMES = {
 DEFAULT_GUARD_BELOW = 2048
 
 
-def pretrained_path(problem: str = "inline-size") -> Path:
+def pretrained_path(problem: str) -> Path:
     """Where the policy shipped for ``problem`` lives (it may be missing: see :func:`resolve_policy`)."""
-    name = PRETRAINED_NAMES.get(problem)
-    if name is None:
-        raise PolicyError(f"optgym ships no pretrained policy for {problem} (it ships: {', '.join(PRETRAINED_NAMES)})")
-    return PRETRAINED_DIR / name
+    shipped = pretrained_names()
+    if problem not in shipped:
+        raise PolicyError(f"optgym ships no pretrained policy for {problem} (it ships: {', '.join(shipped)})")
+    return PRETRAINED_DIR / shipped[problem]
 
 
-def pretrained_provenance(problem: str = "inline-size") -> Path:
+def pretrained_provenance(problem: str) -> Path:
     """The provenance (JSON: data, command, compiler, figures) beside ``problem``'s shipped policy."""
-    return PRETRAINED_DIR / f"{problem}.provenance.json"
+    return pretrained_path(problem).with_suffix(".provenance.json")
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ __all__ = [
     "PolicyError",
     "PolicyFactory",
     "file_identity",
+    "pretrained_names",
     "pretrained_path",
     "pretrained_provenance",
     "register_resolver",

@@ -12,6 +12,7 @@ from optgym.problems.base import (
     problem_flags,
     register,
     registry,
+    servable,
 )
 
 for _info in pkgutil.iter_modules(__path__):
@@ -43,4 +44,5 @@ __all__ = [
     "problem_flags",
     "register",
     "registry",
+    "servable",
 ]

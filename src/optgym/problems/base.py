@@ -3,8 +3,12 @@
 A problem is one compiler decision made by a policy instead of the compiler's heuristic: the
 flags that route it to the host, the features it sends, the heuristic's answer when the stream
 carries one, the action space, and how a finished compile is measured and rewarded. Everything
-above this layer (rollout, env, training, evaluation) is written against :class:`Problem` only, so
-a new problem on clang is one new file in this folder (it registers itself with :func:`register`).
+above this layer (rollout, env, training, evaluation, the policy server) is written against
+:class:`Problem` only, so a new problem on clang is one new file in this folder (it registers itself
+with :func:`register`): its clang hook, and — when ``optgym-cc`` serves it — the environment variable
+naming its policy and the file of the policy shipped for it, are class attributes there. The toolchain
+checks the hooks the registry's problems declare (``optgym doctor``), ``--policy pretrained`` loads the
+declared file, and the launcher's literal channel table is tested against the registry.
 
 Shapes of the problems this interface is made for:
 
@@ -31,6 +35,7 @@ import numpy as np
 
 from optgym.errors import OptgymError
 from optgym.protocol import Header, Observation, TensorSpec, encode_tensor
+from optgym.toolchain.llvm import Hook
 from optgym.toolchain.sizes import object_sizes
 
 if TYPE_CHECKING:  # gymnasium only where spaces are built: the policy server never imports it
@@ -165,8 +170,15 @@ class Problem(ABC):
     name: ClassVar[str]  # CLI and optgym.make name, e.g. "inline-size"
     env_id: ClassVar[str]  # gymnasium id, e.g. "optgym/InlineSize-v0"
     compiler: ClassVar[str] = "clang"
-    hook: ClassVar[str]  # the toolchain hook it needs (see optgym.toolchain.llvm.HOOKS)
+    #: The clang hook that routes its decisions to the host: the ``-mllvm`` options and the channel option.
+    hook: ClassVar[Hook]
     advice_name: ClassVar[str]  # the advice tensor the compiler reads
+    #: The environment variable that names its policy in ``optgym-cc`` (``None``: the launcher does not serve
+    #: it). optgym_cc.CHANNELS, the launcher's own table, repeats it; a test holds the two together.
+    serve_variable: ClassVar[str | None] = None
+    #: The file of the policy optgym ships for it in ``optgym/policies/pretrained`` — what ``--policy
+    #: pretrained`` loads and ``optgym-cc`` serves by default (``None``: none is shipped).
+    pretrained: ClassVar[str | None] = None
     #: Whether each decision's stream carries the compiler heuristic's own answer (``heuristic_action``):
     #: where it does, a host can always send clang's answer instead of a policy's, byte-identically.
     heuristic_in_stream: ClassVar[bool] = False
@@ -178,11 +190,9 @@ class Problem(ABC):
     # -- compile flags ---------------------------------------------------------------------
 
     def channel_flags(self, base: str) -> list[str]:
-        """Flags that send this decision to the host over ``<base>.in``/``<base>.out``: on clang, its hook's
-        options (:data:`optgym.toolchain.llvm.HOOKS`) with the channel put in."""
-        from optgym.toolchain.llvm import hook_flags
-
-        return hook_flags(self.hook, base)
+        """Flags that send this decision to the host over ``<base>.in``/``<base>.out``: on clang, its
+        :attr:`hook`'s options with the channel put in."""
+        return self.hook.flags(base)
 
     def compile_flags(self) -> list[str]:
         """Flags every compile of this problem gets, interactive or not (remarks, thresholds)."""
@@ -306,10 +316,17 @@ def problem_flags(problems: Sequence[Problem], bases: Sequence[str]) -> list[str
 
 
 def register(cls: type[Problem]) -> type[Problem]:
-    """Class decorator: make a problem known to ``optgym.make``, the CLI and gymnasium."""
+    """Class decorator: make a problem known to ``optgym.make``, the CLI, gymnasium and the policy server."""
     _REGISTRY[cls.name] = cls
     return cls
 
 
 def registry() -> Mapping[str, type[Problem]]:
+    """Every registered problem by name, in registration order (this package's modules by file name)."""
     return _REGISTRY
+
+
+def servable() -> list[type[Problem]]:
+    """The problems ``optgym-cc`` serves (a :attr:`Problem.serve_variable`), in registration order: the order of
+    the launcher's channel table and of the policies it hands a server."""
+    return [cls for cls in _REGISTRY.values() if cls.serve_variable is not None]

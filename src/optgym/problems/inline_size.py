@@ -18,6 +18,7 @@ import numpy as np
 
 from optgym.problems.base import DEFAULT_DELTA, FeatureView, ObjectSizeObjective, Problem, register
 from optgym.protocol import Observation, TensorSpec
+from optgym.toolchain.llvm import Hook
 
 if TYPE_CHECKING:
     from gymnasium import spaces
@@ -41,7 +42,14 @@ HEURISTIC = "inlining_default"
 class InlineSize(ObjectSizeObjective, Problem):
     name = "inline-size"
     env_id = "optgym/InlineSize-v0"
-    hook = "inliner"
+    #: ``-inliner-interactive-include-default``: every decision also carries the heuristic's own answer.
+    hook = Hook(
+        "inliner",
+        ("-enable-ml-inliner=release", "-inliner-interactive-include-default"),
+        channel="-inliner-interactive-channel-base",
+    )
+    serve_variable = "OPTGYM_POLICY"  # what optgym-cc reads the policy's spec from
+    pretrained = "inline-size.onnx"
     advice_name = "inlining_decision"
     hidden_features = (HEURISTIC,)
     heuristic_in_stream = True  # -inliner-interactive-include-default

@@ -24,6 +24,7 @@ import numpy as np
 
 from optgym.problems.base import FeatureView, ObjectSizeObjective, Problem, register
 from optgym.protocol import Observation, TensorSpec
+from optgym.toolchain.llvm import Hook
 
 if TYPE_CHECKING:
     from gymnasium import spaces
@@ -47,7 +48,11 @@ PROGRESS = "progress"
 class RegallocEvict(ObjectSizeObjective, Problem):
     name = "regalloc-evict"
     env_id = "optgym/RegallocEvict-v0"
-    hook = "regalloc-evict"
+    hook = Hook(
+        "regalloc-evict", ("-regalloc-enable-advisor=release",), channel="-regalloc-evict-interactive-channel-base"
+    )
+    serve_variable = "OPTGYM_EVICT_POLICY"  # what optgym-cc reads the policy's spec from
+    pretrained = "regalloc-evict.onnx"
     advice_name = "index_to_evict"
 
     #: Where a candidate scorer starts (optgym.policies.scorer): the default advisor's rule, roughly — evict

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from optgym.problems.base import ObjectSizeObjective, Problem, register
 from optgym.protocol import TensorSpec
+from optgym.toolchain.llvm import Hook
 
 if TYPE_CHECKING:
     from gymnasium import spaces
@@ -49,7 +50,13 @@ CEILING = 4.0e9
 class RegallocPriority(ObjectSizeObjective, Problem):
     name = "regalloc-priority"
     env_id = "optgym/RegallocPriority-v0"
-    hook = "regalloc-priority"
+    hook = Hook(
+        "regalloc-priority",
+        ("-regalloc-enable-priority-advisor=release",),
+        channel="-regalloc-priority-interactive-channel-base",
+    )
+    serve_variable = "OPTGYM_PRIORITY_POLICY"  # what optgym-cc reads the policy's spec from
+    pretrained = "regalloc-priority.onnx"
     advice_name = "priority"
 
     scorer_form: ClassVar[str] = "log-linear"

@@ -8,6 +8,9 @@ from the first allowed register), ``random`` uniformly — since a masked answer
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from optgym.rollout.rollout import DecisionPoint
@@ -44,4 +47,10 @@ class RandomPolicy:
         return int(self.rng.random() < self.p)
 
 
-SIMPLE_POLICIES = {"heuristic": heuristic, "never": never, "always": always, "random": RandomPolicy}
+#: Each a policy, but ``random``: the class whose instances are (optgym.policies builds them with a seed).
+SIMPLE_POLICIES: dict[str, Callable[..., Any]] = {
+    "heuristic": heuristic,
+    "never": never,
+    "always": always,
+    "random": RandomPolicy,
+}

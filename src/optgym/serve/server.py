@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from optgym.errors import OptgymError
-from optgym.policies import resolve_policy
+from optgym.policies import pretrained_path, resolve_policy
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
-from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags
+from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
 from optgym.protocol import Header
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
 from optgym.serve.guard import (
@@ -73,7 +73,7 @@ from optgym.serve.guard import (
 )
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language, family
-from optgym.toolchain.llvm import find_toolchain, parse_version
+from optgym.toolchain.llvm import Hook, find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 
 MAX_REQUEST = 1 << 20
@@ -118,7 +118,7 @@ def _memoizable(policy: Any) -> bool:
     return isinstance(policy, MLPPolicy) and policy.greedy
 
 
-def _find_toolchain(hooks: tuple[str, ...], out: list[Any]) -> None:
+def _find_toolchain(hooks: tuple[Hook, ...], out: list[Any]) -> None:
     """``find_toolchain`` for a thread: its result, or the exception, in ``out``."""
     try:
         out.append(find_toolchain(hooks))
@@ -183,6 +183,19 @@ def candidate_count(env: dict[str, str]) -> int | None:
     return int(value)
 
 
+def channels() -> list[tuple[str, str, str]]:
+    """The decisions ``optgym-cc`` serves, from the problem registry: ``(problem, the environment variable naming
+    its policy, the shipped policy's file)`` of every problem that declares a ``serve_variable``, in registration
+    order (the file ``""`` where none is shipped: the launcher then defaults to clang's own). The launcher's
+    :data:`optgym_cc.CHANNELS` is this table written out, since it imports nothing of optgym; a test holds the
+    two equal, and a server serves these problems only."""
+    return [
+        (cls.name, cls.serve_variable, str(pretrained_path(cls.name)) if cls.pretrained is not None else "")
+        for cls in servable()
+        if cls.serve_variable is not None  # always, by servable(): said again for the type checker
+    ]
+
+
 def _load(problem: str, spec: str) -> Served:
     factory = resolve_policy(spec, problem)
     policy = factory.build(seed=0) if factory.stochastic else factory.build()
@@ -190,7 +203,7 @@ def _load(problem: str, spec: str) -> Served:
 
 
 class Server:
-    def __init__(self, policy_spec: str, problem: str = "inline-size", companions: Sequence[tuple[str, str]] = ()):
+    def __init__(self, policy_spec: str, problem: str, companions: Sequence[tuple[str, str]] = ()):
         """Load the policies and check the compiler, concurrently: the compiler check is two clang runs
         (``--version`` and the hooks), the load is Python work, and a cold build waits for both.
 
@@ -200,6 +213,9 @@ class Server:
         wanted = [(problem, policy_spec), *companions]
         if len({name for name, _ in wanted}) != len(wanted):
             raise OptgymError(f"each problem is served by one policy: {[name for name, _ in wanted]}")
+        known = [name for name, _, _ in channels()]
+        if unserved := [name for name, _ in wanted if name not in known]:
+            raise OptgymError(f"optgym-cc serves {', '.join(known)}; not {', '.join(unserved)}")
         hooks = tuple(get_problem(name).hook for name, _ in wanted)
         found: list[Any] = []
         probe = threading.Thread(target=_find_toolchain, args=(hooks, found), daemon=True)
@@ -508,7 +524,7 @@ def serve(
     socket_path: str,
     policy_spec: str,
     idle: float,
-    problem: str = "inline-size",
+    problem: str,
     companions: Sequence[tuple[str, str]] = (),
 ) -> None:
     """Listen on ``socket_path`` until ``idle`` seconds pass with no compile running."""
@@ -563,7 +579,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True)
     parser.add_argument("--policy", required=True)
-    parser.add_argument("--problem", default="inline-size", help="the problem --policy decides")
+    parser.add_argument("--problem", required=True, help="the problem --policy decides")
     parser.add_argument("--with", dest="companions", action="append", default=[], metavar="PROBLEM=POLICY",
                         help="another problem of the same compiles and the policy that decides it")  # fmt: skip
     parser.add_argument("--idle", type=float, default=60.0, help="exit after this many idle seconds")

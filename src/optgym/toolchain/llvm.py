@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,31 +26,29 @@ MIN_MAJOR = 22
 DEBIAN_DIR = Path("/usr/lib/llvm-22/bin")
 INSTALL_HINT = "install it with `sudo apt-get install clang-22 llvm-22 lld-22` (Debian bookworm-security)"
 
-#: Stands for a channel's FIFO base in :data:`HOOKS` (a path that never exists: probing clang opens nothing).
+#: Stands for a channel's FIFO base when clang is asked whether it takes a hook (a path that never exists:
+#: probing clang opens nothing).
 CHANNEL_BASE = "/nonexistent"
 
-#: The interactive hooks each decision problem needs, as ``-mllvm`` options clang must accept; with the channel
-#: base put in, the flags that route a problem's decisions to the host (:func:`hook_flags`).
-HOOKS: dict[str, list[str]] = {
-    "inliner": [
-        "-enable-ml-inliner=release",
-        f"-inliner-interactive-channel-base={CHANNEL_BASE}",
-        "-inliner-interactive-include-default",
-    ],
-    "regalloc-evict": [
-        "-regalloc-enable-advisor=release",
-        f"-regalloc-evict-interactive-channel-base={CHANNEL_BASE}",
-    ],
-    "regalloc-priority": [
-        "-regalloc-enable-priority-advisor=release",
-        f"-regalloc-priority-interactive-channel-base={CHANNEL_BASE}",
-    ],
-}
 
+@dataclass(frozen=True)
+class Hook:
+    """One MLGO interactive hook of clang: the ``-mllvm`` options that hand a decision to a host over a FIFO
+    channel. Each decision problem declares its own (``Problem.hook``, in the problem's file): this layer
+    knows no problem, it only checks that a clang takes a hook (:meth:`Toolchain.accepts`,
+    :func:`find_toolchain`) and puts a channel in (:meth:`flags`)."""
 
-def hook_flags(hook: str, base: str) -> list[str]:
-    """The driver flags of ``hook`` with its channel at ``base`` (``base.in``/``base.out``), each behind ``-mllvm``."""
-    return [arg for option in HOOKS[hook] for arg in ("-mllvm", option.replace(f"={CHANNEL_BASE}", f"={base}"))]
+    name: str  # what ``optgym doctor`` and errors call it: "inliner"
+    options: tuple[str, ...]  # the advisor's own options: ("-enable-ml-inliner=release", …)
+    channel: str  # the option naming the channel's FIFO base: "-inliner-interactive-channel-base"
+
+    def mllvm(self, base: str) -> tuple[str, ...]:
+        """The ``-mllvm`` options with the channel at ``base`` (``base.in``/``base.out``)."""
+        return (*self.options, f"{self.channel}={base}")
+
+    def flags(self, base: str) -> list[str]:
+        """The driver flags that route the decision over the channel at ``base``, each option behind ``-mllvm``."""
+        return [arg for option in self.mllvm(base) for arg in ("-mllvm", option)]
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,9 @@ class Toolchain:
                 return Path(candidate)
         raise ToolchainError(f"{name} not found next to {self.clang} nor on PATH; {INSTALL_HINT}")
 
-    def hooks(self) -> dict[str, bool]:
-        """Which MLGO interactive hooks this clang accepts (see :data:`HOOKS`)."""
-        return {name: _accepts_options(self.clang, tuple(opts)) for name, opts in HOOKS.items()}
+    def accepts(self, hook: Hook) -> bool:
+        """Whether this clang takes ``hook``'s options (remembered per binary: see ``_accepts_options``)."""
+        return _accepts_options(self.clang, hook.mllvm(CHANNEL_BASE))
 
 
 def _candidates() -> list[Path]:
@@ -168,8 +167,10 @@ def _probe(clang: Path) -> Toolchain:
     return toolchain
 
 
-def find_toolchain(require_hooks: tuple[str, ...] = ()) -> Toolchain:
-    """The first clang in the search order; it must be ≥ 22 and accept the hooks named."""
+def find_toolchain(require_hooks: Iterable[Hook] = ()) -> Toolchain:
+    """The first clang in the search order; it must be ≥ 22 and take ``require_hooks`` (the decision problems'
+    own: ``find_toolchain((problem.hook,))``)."""
+    require_hooks = tuple(require_hooks)
     candidates = _candidates()
     explicit = os.environ.get("OPTGYM_LLVM_DIR")
     for clang in candidates:
@@ -178,7 +179,7 @@ def find_toolchain(require_hooks: tuple[str, ...] = ()) -> Toolchain:
                 raise ToolchainError(f"OPTGYM_LLVM_DIR={explicit} has no clang in it")
             continue
         toolchain = _probe(clang.resolve() if clang.is_symlink() else clang)
-        missing = [hook for hook in require_hooks if not _accepts_options(toolchain.clang, tuple(HOOKS[hook]))]
+        missing = sorted({hook.name for hook in require_hooks if not toolchain.accepts(hook)})
         if missing:
             raise ToolchainError(
                 f"{toolchain.clang} ({toolchain.banner}) lacks the MLGO interactive hooks {missing}; "
