@@ -83,7 +83,7 @@ class FeatureView:
         pos = 0
         for s in header.features:
             self._offsets[s.name], self._elements[s.name] = pos, s.elements
-            self._dtypes[s.name] = header.layout.dtype.fields[s.name][0].base
+            self._dtypes[s.name] = s.dtype  # the record's field type, elementwise
             pos += s.nbytes
         # Fast path: every tensor in the stream is int64 → one frombuffer + one gather per decision.
         self._word_index: np.ndarray | None = None
@@ -235,7 +235,7 @@ class Problem(ABC):
         """A ``Dict`` of the visible features, each a ``Box`` of its own shape and dtype."""
         from gymnasium import spaces
 
-        boxes = {}
+        boxes: dict[str, spaces.Space] = {}
         for spec in self.expected_features():
             if spec.name in self.hidden_features:
                 continue

@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> None:
         companions = [tuple(item.split("=", 1)) for item in args.companions]
         if any(len(c) != 2 for c in companions):
             raise OptgymError(f"--with takes PROBLEM=POLICY, got {args.companions}")
-        serve(args.socket, args.policy, args.idle, args.problem, companions)  # type: ignore[arg-type]
+        serve(args.socket, args.policy, args.idle, args.problem, companions)
     except OptgymError as e:
         print(f"optgym policy server: {e}", file=sys.stderr)
         sys.exit(1)
