@@ -16,6 +16,9 @@ every compile is at the requested level, and a build that turns on (Thin)LTO its
 enables IPO whenever it is supported) still writes ELF objects with embedded bitcode instead of bare
 bitcode files. The module's recorded command is clang's own (``.llvmcmd``), not the wrapper's.
 
+For another target (``target``: :class:`optgym.corpus.target.Target`), ``--target=`` and the target's flags
+join that tail, and each build system is told it cross-compiles (see :mod:`optgym.corpus.target`).
+
 Every step's output goes to ``DIR/logs/<step>.log``. The build step keeps going past errors
 (``make -k``, ``ninja -k 0``): a package where one test program fails still gives every object that
 did compile; such a corpus is marked ``partial`` in its provenance, and ``strict=True`` refuses it.
@@ -36,6 +39,7 @@ from typing import Any
 
 from optgym.corpus.extract import ExtractReport, extract
 from optgym.corpus.staging import LOGS_DIR, WORK_DIR, recover
+from optgym.corpus.target import Target
 from optgym.errors import CorpusError
 from optgym.toolchain.llvm import Toolchain
 
@@ -133,17 +137,27 @@ def _mirror(src: Path, dst: Path) -> None:
 
 
 def write_compiler_wrappers(
-    bin_dir: Path, cc: str, cxx: str, opt: str, tail_flags: Sequence[str] = (*EMBED, *NO_LTO)
+    bin_dir: Path,
+    cc: str,
+    cxx: str,
+    opt: str,
+    tail_flags: Sequence[str] = (*EMBED, *NO_LTO),
+    link_flags: Sequence[str] = (),
 ) -> tuple[str, str]:
     """``bin_dir/embed-cc`` and ``embed-c++``: clang with the caller's arguments, then ``opt`` and ``tail_flags``
     (the embedding flags and ``-fno-lto``) — so they win over whatever a build's own flags say (see the module
-    doc)."""
+    doc). ``link_flags`` (a cross target's ``-fuse-ld=lld``) go to links only: in a compile clang would warn that
+    they are unused, and CMake's flag checks take that warning for a refused flag."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     tail = shlex.join([opt, *tail_flags])
     paths = []
     for name, compiler in zip(WRAPPER_NAMES, map(shlex.quote, (cc, cxx)), strict=True):
         path = bin_dir / name
         text = f'#!/bin/sh\n# optgym corpus build: the requested flags last win\nexec {compiler} "$@" {tail}\n'
+        if link_flags:
+            text = (f'#!/bin/sh\n# optgym corpus build: the requested flags last win; a link also gets the target\'s\n'
+                    f'case " $* " in *" -c "*|*" -E "*|*" -S "*|*" -M "*|*" -MM "*) exec {compiler} "$@" {tail} ;; '
+                    f'esac\nexec {compiler} "$@" {tail} {shlex.join(link_flags)}\n')  # fmt: skip
         if not path.exists() or path.read_text() != text:  # unchanged: make sees no new compiler
             path.write_text(text)
             path.chmod(0o755)
@@ -171,6 +185,7 @@ class _Env:
     flags: str
     env: dict[str, str]
     configure_args: Sequence[str]
+    target: Target | None = None
 
 
 def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, Path, int]:
@@ -190,7 +205,7 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
             # a project that defaults to Release would otherwise append -O3 after our level
             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_C_FLAGS_RELEASE=-DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG",
             "-DBUILD_TESTING=OFF", f"-DCMAKE_AR={e.env['AR']}", f"-DCMAKE_RANLIB={e.env['RANLIB']}",
-            *e.configure_args,
+            *(e.target.cmake_args() if e.target else ()), *e.configure_args,
         ], build, e.env, e.logs)  # fmt: skip
         keep_going = ["--", "-k", "0"] if (build / "build.ninja").exists() else ["--", "-k"]
         argv = ["cmake", "--build", str(build), "--parallel", e.jobs, *keep_going]
@@ -199,7 +214,11 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
         _need("meson", "meson")
         ninja = _need("ninja", "ninja-build")
         if not (build / "build.ninja").exists():
-            _run_step("configure", ["meson", "setup", str(build), str(e.src), "--buildtype=plain",
+            cross: list[str] = []
+            if e.target:
+                path = e.target.meson_cross_file(e.work / "meson-cross.ini", e.cc, e.cxx, e.env["AR"])
+                cross = ["--cross-file", str(path)]
+            _run_step("configure", ["meson", "setup", str(build), str(e.src), "--buildtype=plain", *cross,
                                     *e.configure_args], e.src, e.env, e.logs)  # fmt: skip
         argv = [ninja, "-C", str(build), "-k", "0", "-j", e.jobs]
         return build, build / "compile_commands.json", _run_step("build", argv, build, e.env, e.logs, check=False)
@@ -229,6 +248,8 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
                 # one compile per source: libtool otherwise builds every file twice (PIC and not)
                 if "--disable-static" in help_text:
                     extra.append("--disable-static")
+                if e.target:  # a cross build: configure runs nothing it compiles
+                    extra.append(e.target.autotools_host())
             _run_step("configure", [*configure, *extra, *e.configure_args], build, e.env, e.logs)
     else:
         _mirror(e.src, build)
@@ -265,6 +286,7 @@ def run_build(
     configure_args: Sequence[str] = (),
     logs: Path | None = None,
     thinlto_capture: Path | None = None,
+    target: Target | None = None,
 ) -> FinishedBuild:
     """Configure and build ``src`` out of tree under ``dest``'s work directory, every compile at ``opt``.
 
@@ -276,6 +298,9 @@ def run_build(
     Without ``build_system``, a tree that offers several (zlib: CMake and its own configure) falls back to the
     next one when a configure step fails — Debian's repacked sources sometimes drop files that one of them
     needs. The failed attempt's logs stay in ``logs/<system>-failed/``.
+
+    ``target``: compile for another target (see :mod:`optgym.corpus.target`); a bare-metal target's links fail
+    by nature, and its objects are what the build gives.
     """
     src, dest = Path(src).absolute(), Path(dest).absolute()
     if not src.is_dir():
@@ -301,7 +326,10 @@ def run_build(
         # clang's own decisions everywhere: the compile steps pass straight through, the links run clang's backends
         capture_env |= dict.fromkeys(("OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY",
                                       "OPTGYM_LTO_POLICY"), "heuristic")  # fmt: skip
-    cc, cxx = write_compiler_wrappers(*compilers, tail)
+    link: Sequence[str] = ()
+    if target is not None:
+        tail, link = (*target.compile_flags, *tail), target.link_flags
+    cc, cxx = write_compiler_wrappers(*compilers, tail, link)
     e = _Env(
         src=src,
         work=dest / WORK_DIR,
@@ -324,6 +352,7 @@ def run_build(
             **capture_env,
         },
         configure_args=configure_args,
+        target=target,
     )
     notes: list[str] = []
     start = time.perf_counter()
@@ -340,7 +369,7 @@ def run_build(
             for log in logs.glob("*.log"):
                 os.replace(log, failed / log.name)
             shutil.rmtree(e.work, ignore_errors=True)
-            write_compiler_wrappers(*compilers, tail)  # they lived in the work dir too
+            write_compiler_wrappers(*compilers, tail, link)  # they lived in the work dir too
             notes.append(f"{system} {err.step} failed (logs in {failed}); used {systems[i + 1]}")
     return FinishedBuild(system, build, compdb, time.perf_counter() - start, returncode, notes)
 
@@ -361,11 +390,16 @@ def build_tree(
     logs: Path | None = None,
     provenance: Mapping[str, Any] | None = None,
     max_decisions: int | None = None,
+    target: Target | None = None,
 ) -> BuildResult:
-    """Build ``src`` with bitcode embedded (:func:`run_build`) and make ``dest`` a corpus of its objects."""
+    """Build ``src`` with bitcode embedded (:func:`run_build`) and make ``dest`` a corpus of its objects, for
+    ``target`` when given (recorded in the provenance)."""
     logs = Path(logs) if logs else Path(dest).absolute() / LOGS_DIR
     done = run_build(toolchain, src, dest, opt=opt, workers=workers, build_system=build_system,
-                     configure_args=configure_args, logs=logs)  # fmt: skip
+                     configure_args=configure_args, logs=logs, target=target)  # fmt: skip
+    if target is not None and target.bare_metal:
+        done.notes.append(f"{target.triple} has no OS: the build's links fail without a linker script; its objects "
+                          "are the corpus")  # fmt: skip
     build_log = logs / "build.log"
     if done.returncode != 0:
         if strict or not done.compdb.exists():
@@ -391,6 +425,7 @@ def build_tree(
             "opt": opt,
             "build_seconds": round(done.build_seconds, 1),
             "partial": done.returncode != 0,
+            **(target.provenance() if target else {}),
             **(provenance or {}),
         },
     )

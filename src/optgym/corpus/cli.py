@@ -38,6 +38,28 @@ KeepVariants = Annotated[
     bool,
     typer.Option("--keep-variants", help="keep PIC and non-PIC compiles of one source as two modules"),
 ]
+TargetTriple = Annotated[
+    str | None,
+    typer.Option("--target", help="compile for this target (aarch64-linux-gnu, thumbv7em-none-eabi…); docs/targets.md"),
+]
+TargetFlags = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target-flag",
+        help="a flag every compile for --target gets (repeatable; split like a shell line: "
+        "--target-flag=-mcpu=cortex-m4 --target-flag='-isystem DIR')",
+    ),
+]
+
+
+def _target(triple: str | None, flags: list[str] | None):  # -> Target | None
+    """The :class:`~optgym.corpus.target.Target` of ``--target``/``--target-flag``, or the error they make."""
+    from optgym.corpus.target import Target
+
+    try:
+        return Target.of(triple, flags or ())
+    except ValueError as e:
+        _fail(str(e))
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -150,13 +172,19 @@ def build_cmd(
     exclude: Exclude = None,
     keep_variants: KeepVariants = False,
     max_decisions: MaxDecisions = None,
+    target: TargetTriple = None,
+    target_flag: TargetFlags = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="list every entry left out")] = False,
 ) -> None:
-    """Build any source tree with bitcode embedded (out of tree, logs in DIR/logs/) and extract a corpus."""
+    """Build any source tree with bitcode embedded (out of tree, logs in DIR/logs/) and extract a corpus.
+
+    ``--target`` cross-compiles (CMake, Meson and autoconf are told so); a bare-metal target's objects are its
+    corpus, as nothing links without the firmware's linker script."""
     from optgym.corpus.build import build_tree
     from optgym.errors import OptgymError
     from optgym.toolchain import find_toolchain
 
+    chosen = _target(target, target_flag)
     try:
         result = build_tree(
             find_toolchain(),
@@ -171,6 +199,7 @@ def build_cmd(
             keep_variants=keep_variants,
             strict=strict,
             max_decisions=max_decisions,
+            target=chosen,
         )
     except OptgymError as e:
         _fail(str(e))
@@ -211,6 +240,8 @@ def debian_cmd(
         bool,
         typer.Option("--thinlto", help="build with -flto=thin and lld: the corpus is the backends of the real links"),
     ] = False,
+    target: TargetTriple = None,
+    target_flag: TargetFlags = None,
 ) -> None:
     """Fetch Debian source packages, build each with its upstream build system, merge them into one corpus.
 
@@ -233,6 +264,9 @@ def debian_cmd(
         names = held + [n for n in names if n not in held]
     if not names:
         _fail("name some packages, or --preset demo|train")
+    chosen = _target(target, target_flag)
+    if chosen is not None and thinlto:
+        _fail("--thinlto builds for this machine only: cross ThinLTO links are not captured yet")
     output = output.absolute()
     try:
         written = debian.enable_deb_src(output / "logs" / "apt-update.log")
@@ -240,7 +274,10 @@ def debian_cmd(
         _fail(str(e))
     if written:
         console.print(f"[yellow]apt had no deb-src entry:[/] wrote {written} and ran apt-get update", highlight=False)
-    tasks = [debian.PackageTask(n, str(output), opt, workers, build_deps, keep_build, thinlto) for n in names]
+    triple, flags = (chosen.triple, chosen.flags) if chosen else (None, ())
+    tasks = [
+        debian.PackageTask(n, str(output), opt, workers, build_deps, keep_build, thinlto, triple, flags) for n in names
+    ]
     results: list = []
     # one package at a time: each build already uses every worker (make -j/ninja -j)
     for _, result in run_tasks(
@@ -353,8 +390,10 @@ def info_cmd(
     workers: Workers = None,
     problem: Annotated[str, typer.Option(help="decision problem whose heuristic sizes are reported")] = "inline-size",
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    modules: Annotated[bool, typer.Option("--modules", help="list every module with its target")] = False,
 ) -> None:
-    """Modules, languages, opt levels, bitcode bytes and heuristic size totals (per package when there are any)."""
+    """Modules, languages, opt levels, targets, bitcode bytes and heuristic size totals (per package when there are
+    any); ``--modules`` lists each module's target (its ``-cc1 -triple``)."""
     import json
 
     from optgym.corpus.info import corpus_info, describe_opt_mismatches
@@ -381,6 +420,14 @@ def info_cmd(
     console.print(
         "[bold]opt levels[/] " + ", ".join(f"{k} {v}" for k, v in info["opt_levels"].items()), highlight=False
     )
+    console.print("[bold]targets[/] " + ", ".join(f"{k} {v}" for k, v in info["targets"].items()), highlight=False)
+    if modules:
+        table = Table(title="modules")
+        for col in ("module", "target"):
+            table.add_column(col)
+        for name, triple in info["module_targets"].items():
+            table.add_row(name, triple)
+        console.print(table)
     if warning := describe_opt_mismatches(info["opt_mismatches"], info["modules"], info["requested_opt"]):
         console.print(f"[bold yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
     console.print(f"[bold]bitcode[/] {info['bitcode_bytes'] / 1e6:.2f} MB", highlight=False)
@@ -409,10 +456,11 @@ def info_cmd(
         )
     if info["packages"]:
         table = Table(title="packages")
-        for col in ("package", "version", "modules", "C", "C++", "bitcode KB", "heuristic text B"):
-            table.add_column(col, justify="left" if col in ("package", "version") else "right")
+        for col in ("package", "version", "target", "modules", "C", "C++", "bitcode KB", "heuristic text B"):
+            table.add_column(col, justify="left" if col in ("package", "version", "target") else "right")
         for name, p in info["packages"].items():
-            table.add_row(name, p.get("version", ""), str(p["modules"]), str(p["languages"].get("C", 0)),
+            table.add_row(name, p.get("version", ""), ", ".join(p["targets"]), str(p["modules"]),
+                          str(p["languages"].get("C", 0)),
                           str(p["languages"].get("C++", 0)), f"{p['bitcode_bytes'] / 1e3:.0f}",
                           str(p.get("text_bytes", "—")))  # fmt: skip
         console.print(table)

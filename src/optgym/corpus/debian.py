@@ -10,7 +10,8 @@ resumes where it stopped. A package that does not exist or fails is reported and
 Sources and build trees are deleted once a package is done (``keep_build`` keeps them): the heavy
 packages' trees run to gigabytes.
 
-Provenance: the merged description records, per package, the exact source version from its ``.dsc``.
+Provenance: the merged description records, per package, the exact source version from its ``.dsc`` — and
+the target it was built for, with ``--target`` (a package built for another target is built again).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from optgym.corpus.staging import (
     swap_in,
     write_description,
 )
+from optgym.corpus.target import Target
 from optgym.errors import CorpusError, OptgymError
 
 APT_DIR = Path("/etc/apt")
@@ -317,6 +319,13 @@ class PackageTask:
     build_deps: bool
     keep_build: bool
     thinlto: bool = False  # the backends of the package's real ThinLTO links, not its per-TU objects
+    target: str | None = None  # another target's triple (optgym.corpus.target), else this machine's
+    target_flags: tuple[str, ...] = ()  # the target's own flags, each one argument
+
+    def built_for(self) -> dict[str, Any]:
+        """What the package's description records of its target: a cached package is reused only for the same."""
+        target = Target(self.target, self.target_flags) if self.target else None
+        return target.provenance() if target else {"target": None, "target_flags": []}
 
 
 def build_package(task: PackageTask) -> PackageResult:
@@ -339,7 +348,12 @@ def _build_package(task: PackageTask) -> PackageResult:
     done = package_dir(dest, task.name)
     logs = dest / LOGS_DIR / task.name
     meta = read_description(done).get("optgym", {}).get("debian")
-    if meta and meta.get("opt") == task.opt and meta.get("thinlto", False) == task.thinlto:
+    if (
+        meta
+        and meta.get("opt") == task.opt
+        and meta.get("thinlto", False) == task.thinlto
+        and {"target": meta.get("target"), "target_flags": meta.get("target_flags", [])} == task.built_for()
+    ):
         return PackageResult(task.name, "cached", meta["source"], meta["version"], meta.get("build_system", ""),
                              len(Corpus(done)), 0.0, log=str(logs))  # fmt: skip
     result = PackageResult(task.name, "fetch_failed", log=str(logs))
@@ -366,9 +380,11 @@ def _build_package(task: PackageTask) -> PackageResult:
             return result
         result.source, result.version = _parse_dsc(dscs[0])
         for path, text in PACKAGE_FILES.get(task.name, {}).items():
-            (trees[0] / path).write_text(text.format(multiarch=multiarch()))
+            (trees[0] / path).write_text(text.format(multiarch=task.target or multiarch()))
         configure_args = PACKAGE_CONFIGURE_ARGS.get(task.name, ())
         try:
+            if task.thinlto and task.target:
+                raise CorpusError("--thinlto builds for this machine only: cross ThinLTO links are not captured yet")
             if task.thinlto:
                 from optgym.corpus.thinlto import corpus_from_build
 
@@ -378,8 +394,10 @@ def _build_package(task: PackageTask) -> PackageResult:
                                                    configure_args=configure_args, logs=logs)  # fmt: skip
                 build_system, partial, build_seconds = "thinlto", False, time.perf_counter() - start_build
             else:
+                target = Target(task.target, task.target_flags) if task.target else None
                 built = build_tree(find_toolchain(), trees[0], done, opt=task.opt, workers=task.workers,
-                                   configure_args=configure_args, logs=logs, provenance={})  # fmt: skip
+                                   configure_args=configure_args, logs=logs, provenance={},
+                                   target=target)  # fmt: skip
                 result.modules = len(built.extract.modules)
                 result.notes = [*built.notes, *filter(None, [built.extract.opt_warning()])]
                 build_system, partial, build_seconds = built.build_system, built.partial, built.build_seconds
@@ -399,6 +417,7 @@ def _build_package(task: PackageTask) -> PackageResult:
             "build_system": build_system,
             "opt": task.opt,
             "thinlto": task.thinlto,
+            **task.built_for(),
             "partial": partial,
             "build_seconds": round(build_seconds, 1),
             "built": now(),
@@ -489,6 +508,9 @@ def merge_packages(
             "provenance": {"tool": "optgym corpus debian", "created": now(), "distribution": codename()},
             "packages": packages,
         }
+        targets = {info.get("target") for info in packages.values()}
+        if len(targets) == 1 and None not in targets:  # every package built for one other target
+            meta["provenance"]["target"] = targets.pop()
         if max_decisions is not None:
             meta["max_decisions"] = {"limit": max_decisions, "left_out": left_out}
         write_description(staging, names, meta)

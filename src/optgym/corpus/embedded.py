@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from optgym.corpus.corpus import Corpus, write_corpus
+from optgym.corpus.target import Target
 from optgym.errors import CorpusError
 from optgym.toolchain.llvm import Toolchain
 
@@ -64,9 +65,23 @@ def compile_embedded(toolchain: Toolchain, source: Path, obj: Path, flags: tuple
 
 
 def corpus_from_sources(
-    toolchain: Toolchain, sources: Mapping[str, Path], root: Path, flags: tuple[str, ...] = ("-Oz",), **meta
+    toolchain: Toolchain,
+    sources: Mapping[str, Path],
+    root: Path,
+    flags: tuple[str, ...] = ("-Oz",),
+    target: str | None = None,
+    target_flags: Sequence[str] = (),
+    **meta,
 ) -> Corpus:
-    """A corpus of the given sources (module name → path), each compiled with ``flags``."""
+    """A corpus of the given sources (module name → path), each compiled with ``flags`` — for ``target`` with
+    ``target_flags`` (each one argument: ``("-mcpu=cortex-m4", "-mthumb")``) when given, recorded in the
+    provenance as ``optgym corpus build`` records it."""
+    if target:
+        chosen = Target(target, tuple(target_flags))
+        flags = (*flags, *chosen.compile_flags)
+        meta["provenance"] = {**meta.get("provenance", {}), **chosen.provenance()}
+    elif target_flags:
+        raise CorpusError("target_flags without a target would compile for this machine")
     with tempfile.TemporaryDirectory(prefix="optgym-sources-") as tmp:
         objects = {
             name: compile_embedded(toolchain, Path(src), Path(tmp) / f"{i}.o", flags)

@@ -2,7 +2,8 @@
 
 The language of a module comes from its ``-cc1`` command: ``-x`` when the build named it, else the
 suffix of ``-main-file-name`` (clang always records the source's name there; the embedded command
-carries no ``-x``). Heuristic sizes are the plain compile of every module, fanned out with
+carries no ``-x``). Its target is the command's ``-triple``: a policy decides for one target, so a corpus that
+mixes targets says so. Heuristic sizes are the plain compile of every module, fanned out with
 :func:`optgym.parallel.run_tasks` and cached on disk by :func:`optgym.rollout.episode.baseline` (the workers are
 the rollout layer's: :func:`register_heuristic_worker`), so a second ``info`` is instant.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optgym.corpus.corpus import Corpus, Module
+from optgym.corpus.target import module_triple
 from optgym.errors import CorpusError
 
 if TYPE_CHECKING:  # the corpus layer imports parallel/ only where it fans out
@@ -135,8 +137,11 @@ def corpus_info(
     has_packages = bool(packages_meta)
     languages: Counter[str] = Counter()
     levels: Counter[str] = Counter()
-    per_package: dict[str, dict[str, Any]] = defaultdict(lambda: {"modules": 0, "languages": Counter(),
-                                                                  "bitcode_bytes": 0})  # fmt: skip
+    targets: Counter[str] = Counter()
+    module_targets: dict[str, str] = {}
+    per_package: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"modules": 0, "languages": Counter(), "targets": Counter(), "bitcode_bytes": 0}
+    )
     total_bc = 0
     wanted: dict[str, str | None] = {}  # module → the opt level its build was asked for
     for m in corpus:
@@ -146,9 +151,12 @@ def corpus_info(
         languages[lang] += 1
         levels[opt_level(args)] += 1
         total_bc += size
+        triple = module_targets[m.name] = module_triple(args) or "unknown"
+        targets[triple] += 1
         pkg = per_package[package_of(m.name, has_packages)]
         pkg["modules"] += 1
         pkg["languages"][lang] += 1
+        pkg["targets"][triple] += 1
         pkg["bitcode_bytes"] += size
     mismatches = opt_mismatches((m, wanted[m.name]) for m in corpus)
     heuristic: dict[str, Any] | None = None
@@ -186,6 +194,8 @@ def corpus_info(
         "modules": len(corpus),
         "languages": dict(languages.most_common()),
         "opt_levels": dict(levels.most_common()),
+        "targets": dict(targets.most_common()),
+        "module_targets": module_targets,
         "requested_opt": sorted({level for level in wanted.values() if level}),
         "opt_mismatches": mismatches,
         "bitcode_bytes": total_bc,
@@ -195,6 +205,7 @@ def corpus_info(
             name: {
                 **info,
                 "languages": dict(info["languages"]),
+                "targets": dict(info["targets"]),
                 **packages_meta.get(name, {}),
                 "modules": info["modules"],
             }

@@ -1,0 +1,143 @@
+"""Corpora for another target than this machine: what a cross build of a source tree needs, per build system.
+
+A policy learns one target's decisions (its cost model, its registers), so a corpus for AArch64 or a Cortex-M
+is compiled *for* that target: ``--target=TRIPLE`` and the target's own flags (``-mcpu=cortex-m4 -mthumb``, a
+C library's ``-isystem DIR``) go into every compile — last, in the compiler wrappers' tail
+(:func:`optgym.corpus.build.write_compiler_wrappers`), so the build's own flags cannot drop them; links get
+``-fuse-ld=lld`` (the system's ``ld`` links for this machine only) — and each build system is told it
+cross-compiles, so it neither runs what it builds nor looks for this machine's libraries:
+
+* CMake: ``CMAKE_SYSTEM_NAME`` (``Linux``, else ``Generic``), ``CMAKE_SYSTEM_PROCESSOR``,
+  ``CMAKE_<LANG>_COMPILER_TARGET``, and Debian's cross root ``/usr/TRIPLE`` as the only place for libraries
+  and packages when it exists; a bare-metal target (no OS: ``thumbv7em-none-eabi``) cannot link an executable
+  without a linker script, so CMake's compiler checks build a static library
+  (``CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY``) and the build's own links fail, leaving the objects;
+* Meson: a cross file (``[host_machine]``, the wrappers as ``c``/``cpp``, LLVM's ``ar``);
+* GNU autoconf: ``--host=TRIPLE`` (``thumb…`` spelled ``arm…``: config.sub knows no ``thumbv7em``);
+* plain Make: nothing more than the wrappers.
+
+The module's ``-cc1`` command records the target clang compiled for (``-triple``): :func:`module_triple`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Debian's root of a cross target's libraries and headers (``libc6-dev-arm64-cross``: ``/usr/aarch64-linux-gnu``).
+CROSS_ROOT = Path("/usr")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A build's target: the triple, and the flags every compile for it gets (beside ``--target=``)."""
+
+    triple: str
+    flags: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, triple: str | None, flags: Iterable[str] = ()) -> Target | None:
+        """The target named by ``--target`` and ``--target-flag`` options, or ``None`` for this machine's.
+
+        Each flag is split like a shell line, so ``--target-flag "-isystem /usr/include/x"`` is one option with
+        its value; flags without a triple are refused (they would silently compile for this machine)."""
+        split = tuple(arg for flag in flags for arg in shlex.split(flag))
+        if not triple:
+            if split:
+                raise ValueError(f"--target-flag {shlex.join(split)} needs --target TRIPLE")
+            return None
+        return cls(triple, split)
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-", 1)[0]
+
+    @property
+    def bare_metal(self) -> bool:
+        """No operating system (``*-none-*``, ``*-elf``): nothing links without the firmware's linker script."""
+        parts = self.triple.split("-")
+        return "none" in parts[1:] or (parts[-1] in ("elf", "eabi", "eabihf") and "linux" not in parts)
+
+    @property
+    def linux(self) -> bool:
+        return "linux" in self.triple.split("-")
+
+    @property
+    def compile_flags(self) -> tuple[str, ...]:
+        """What every compile (and link) for the target gets."""
+        return (f"--target={self.triple}", *self.flags)
+
+    @property
+    def link_flags(self) -> tuple[str, ...]:
+        """What a link for the target gets: LLVM's lld, which links for every target (the system's ``ld`` links
+        for this machine only)."""
+        return ("-fuse-ld=lld",)
+
+    @property
+    def cross_root(self) -> Path | None:
+        """Debian's cross root of the target's libraries, when installed."""
+        root = CROSS_ROOT / self.triple
+        return root if (root / "include").is_dir() or (root / "lib").is_dir() else None
+
+    def provenance(self) -> dict[str, object]:
+        """What a corpus's description records of its target."""
+        return {"target": self.triple, "target_flags": list(self.flags)}
+
+    # -- build systems ---------------------------------------------------------------------
+
+    def cmake_args(self) -> list[str]:
+        """CMake's cross-compilation settings for the target (see the module doc)."""
+        args = [
+            f"-DCMAKE_SYSTEM_NAME={'Linux' if self.linux else 'Generic'}",
+            f"-DCMAKE_SYSTEM_PROCESSOR={self.arch}",
+            f"-DCMAKE_C_COMPILER_TARGET={self.triple}",
+            f"-DCMAKE_CXX_COMPILER_TARGET={self.triple}",
+        ]
+        if self.bare_metal:
+            args.append("-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY")
+        if root := self.cross_root:
+            args += [
+                f"-DCMAKE_FIND_ROOT_PATH={root}",
+                "-DCMAKE_FIND_ROOT_PATH_MODE_PROGRAM=NEVER",
+                "-DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY",
+                "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=ONLY",
+            ]
+        return args
+
+    def autotools_host(self) -> str:
+        """``--host=`` for a GNU configure script."""
+        arch, _, rest = self.triple.partition("-")
+        if arch.startswith("thumb"):
+            arch = "arm"
+        return f"--host={arch}-{rest}" if rest else f"--host={arch}"
+
+    def meson_cross_file(self, path: Path, cc: str, cxx: str, ar: str) -> Path:
+        """Write a Meson cross file for the target, compiling with the wrappers ``cc``/``cxx``."""
+        family = {"aarch64": "aarch64", "arm64": "aarch64", "x86_64": "x86_64"}.get(self.arch)
+        if family is None:
+            if self.arch.startswith(("arm", "thumb")):
+                family = "arm"
+            elif len(self.arch) == 4 and self.arch.startswith("i") and self.arch.endswith("86"):
+                family = "x86"
+            else:
+                family = self.arch.rstrip("el") if self.arch.startswith("riscv") else self.arch
+        system = "linux" if self.linux else "none"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "# optgym corpus build: the target's cross file\n"
+            f"[binaries]\nc = {cc!r}\ncpp = {cxx!r}\nar = {ar!r}\n\n"
+            f"[properties]\nneeds_exe_wrapper = true\n\n"
+            f"[host_machine]\nsystem = {system!r}\ncpu_family = {family!r}\ncpu = {self.arch!r}\n"
+            "endian = 'little'\n"
+        )
+        return path
+
+
+def module_triple(cc1_args: Sequence[str]) -> str | None:
+    """The target triple a module was compiled for: its ``-cc1`` command's ``-triple`` (``None`` when absent)."""
+    for i, arg in enumerate(cc1_args):
+        if arg == "-triple" and i + 1 < len(cc1_args):
+            return cc1_args[i + 1]
+    return None
