@@ -842,7 +842,7 @@ def search(cfg: SearchConfig, *, progress: bool = True, say: Callable[[str], Any
     corpus_path = str(Path(cfg.corpus).resolve())
     problem = get_problem(cfg.problem)
     toolchain = find_toolchain((problem.hook,))
-    start = resolve_policy(cfg.start)
+    start = resolve_policy(cfg.start, problem.name)  # --start pretrained: the policy shipped for this problem
     if start.stochastic:
         raise SearchError(f"--start {cfg.start} is stochastic; a search needs a deterministic policy")
     if (root / META).exists():
