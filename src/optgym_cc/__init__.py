@@ -14,6 +14,11 @@ Three decisions of a compile can be served, each by its own policy over its own 
 ranges (``OPTGYM_PRIORITY_POLICY``). A compile whose policies are all ``heuristic`` is clang's own and
 never reaches the server.
 
+Policies are per target: a compile's policy is the one shipped for the target it compiles for (``--target=T``,
+``-target T``, a triple-prefixed name such as ``aarch64-linux-gnu-optgym-cc``, else this machine's), and the
+shipped ones are x86-64's. A compile for a target with none is clang's own, and the build is told once
+(:func:`note_once`); see docs/targets.md.
+
 Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…;
 default ``pretrained``, the policy shipped in the package, or ``heuristic`` where none is shipped),
 ``OPTGYM_EVICT_POLICY`` and ``OPTGYM_PRIORITY_POLICY`` (the same for eviction and allocation priority:
@@ -65,10 +70,154 @@ def default_policy(shipped: str = PRETRAINED) -> str:
     return "pretrained" if os.path.isfile(shipped) else "heuristic"
 
 
-def chosen_policies() -> list[tuple[str, str]]:
-    """``(problem, policy spec)`` of every decision this build serves: those not left to clang."""
-    chosen = [(problem, os.environ.get(variable) or default_policy(shipped)) for problem, variable, shipped in CHANNELS]
-    return [(problem, spec) for problem, spec in chosen if spec != "heuristic"]
+# --- the compile's target --------------------------------------------------------------------------------------
+# A policy learned its decisions on one target's code and cost model: the shipped ones on x86-64. So the policy
+# of a compile is the one shipped for *its* target (docs/targets.md): PRETRAINED_DIR/<arch>/<problem>.onnx, else
+# PRETRAINED_DIR/<family>/<problem>.onnx (``thumbv7em``, then ``arm``), and for x86-64, whose policies came
+# first, PRETRAINED_DIR/<problem>.onnx. Shipping a target's policy is dropping its file in; a target with none
+# gets clang's own decisions.
+
+#: The family whose policies live in PRETRAINED_DIR itself.
+SHIPPED_FAMILY = "x86_64"
+#: What a target with no shipped policy prints, once per target per build (:func:`note_once`). Its words stay
+#: clear of CMake's and autoconf's flag-check patterns ("option", "unknown", "not supported", "warning"): the first
+#: compile of a build is often such a check, and its stderr decides whether a flag is taken.
+NO_POLICY_NOTE = (
+    "optgym-cc: note: optgym ships no {what}policy for {family} (target {target}): these compiles keep clang's "
+    "own decisions; OPTGYM_POLICY=PATH serves one (docs/targets.md)\n"
+)
+#: A build: compiles of one session with no gap this long between two of them for the target (:func:`note_once`).
+NOTE_IDLE_SECONDS = 600
+_DRIVER_NAMES = ("optgym-cc", "optgym-c++")
+
+
+def arch_family(arch: str) -> str:
+    """The family of an architecture: policies for one family fit all its spellings (``arm64`` is ``aarch64``,
+    ``thumbv7em`` is ``arm``; ``i686`` is ``x86``, not ``x86_64``: another register file and ABI)."""
+    if arch in ("x86_64", "amd64", "x86_64h"):
+        return "x86_64"
+    if len(arch) == 4 and arch[0] == "i" and arch[1] in "3456" and arch[2:] == "86":
+        return "x86"
+    if arch.startswith(("aarch64", "arm64")):
+        return "aarch64"
+    if arch.startswith(("arm", "thumb")):
+        return "arm"
+    if arch.startswith("riscv"):
+        return arch[:7]  # riscv32 / riscv64
+    return arch
+
+
+def driver_target(program: str) -> str | None:
+    """The triple a driver's name carries (``aarch64-linux-gnu-optgym-cc``, as clang's own
+    ``aarch64-linux-gnu-clang``), else ``None``."""
+    name = os.path.basename(program)
+    for driver in _DRIVER_NAMES:
+        if name.endswith("-" + driver):
+            return name[: -len(driver) - 1] or None
+    return None
+
+
+def explicit_target(args: list[str]) -> str | None:
+    """The triple named on the command line: the last ``--target=T`` or ``-target T`` (CMake's
+    ``CMAKE_<LANG>_COMPILER_TARGET`` becomes ``--target=T``), else ``None``."""
+    target = None
+    for i, arg in enumerate(args):
+        if arg.startswith("--target="):
+            target = arg[len("--target=") :]
+        elif arg == "-target" and i + 1 < len(args):
+            target = args[i + 1]
+    return target
+
+
+def compile_target(args: list[str], program: str = "") -> tuple[str, str]:
+    """``(triple or arch as named, family)`` of a compile: the command line's target, else the driver name's,
+    else this machine's; ``-m32``/``-m64`` switch x86 and x86-64 as they do in clang (the last wins)."""
+    target = explicit_target(args) or driver_target(program) or os.uname().machine
+    arch = target.split("-", 1)[0]
+    family = arch_family(arch)
+    for arg in args:
+        if arg == "-m32" and family == "x86_64":
+            family = "x86"
+        elif arg in ("-m64", "-mx32") and family == "x86":
+            family = "x86_64"
+    return target, family
+
+
+def shipped_policy(name: str, target: tuple[str, str]) -> str | None:
+    """The file of the policy shipped as ``name`` (``inline-size.onnx``…) for ``target`` (:func:`compile_target`),
+    else ``None``: the most specific directory first (see above)."""
+    arch, family = target[0].split("-", 1)[0], target[1]
+    dirs = [os.path.join(PRETRAINED_DIR, arch)] if arch != family and arch_family(arch) == family else []
+    dirs.append(os.path.join(PRETRAINED_DIR, family))
+    if family == SHIPPED_FAMILY:
+        dirs.append(PRETRAINED_DIR)
+    for directory in dirs:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def target_policies(target: tuple[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(problem, policy spec)`` of every decision a compile for ``target`` serves — those not left to clang —
+    and the problems whose ``pretrained`` policy (asked for, or the default) this target has none of.
+
+    ``pretrained`` stays ``pretrained`` for x86-64's own files (the server and the shipped portfolio know them)
+    and becomes the file's path for another target's; any other spec is the build's choice and stays as it is."""
+    chosen: list[tuple[str, str]] = []
+    missing: list[str] = []
+    for problem, variable, shipped in CHANNELS:
+        spec = os.environ.get(variable) or "pretrained"
+        if spec == "pretrained":
+            path = shipped_policy(os.path.basename(shipped), target)
+            if path is None:
+                if target[1] != SHIPPED_FAMILY:  # the host family without its file: a package that ships none
+                    missing.append(problem)
+                continue
+            if path != shipped:
+                spec = path
+        if spec != "heuristic":
+            chosen.append((problem, spec))
+    return chosen, missing
+
+
+def chosen_policies(target: tuple[str, str] | None = None) -> list[tuple[str, str]]:
+    """``(problem, policy spec)`` of every decision a compile for ``target`` (default: this machine's) serves."""
+    return target_policies(target or compile_target([]))[0]
+
+
+def note_once(family: str, target: str, missing: list[str]) -> None:
+    """Say on stderr, once per target family per build, that its compiles keep clang's decisions.
+
+    One line per compile would bury a build's log (a thousand compiles, a thousand notes); never saying it would
+    leave a user believing the policy decided. A *build* is taken as the compiles of one session (``getsid``:
+    one terminal, one CI job) for the family without a ten-minute gap: a marker file in optgym's runtime
+    directory, touched by every such compile, holds the time of the last one. ``OPTGYM_VERBOSE=1`` notes every
+    compile. Best effort: a runtime directory that cannot be written costs the note, never the compile."""
+    what = "/".join(missing) + " " if len(missing) < len(CHANNELS) else ""
+    line = NO_POLICY_NOTE.format(what=what, family=family, target=target)
+    if os.environ.get("OPTGYM_VERBOSE") != "1":
+        try:
+            marker = os.path.join(_runtime_root(), f"note-{family}-{os.getsid(0)}")
+            try:
+                last = os.stat(marker).st_mtime
+            except FileNotFoundError:
+                last = None
+            if last is not None:
+                import time
+
+                os.utime(marker)
+                if time.time() - last < NOTE_IDLE_SECONDS:
+                    return
+            else:
+                try:
+                    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                except FileExistsError:  # a parallel compile of the same build got there first and says it
+                    return
+        except OSError:
+            pass
+    sys.stderr.write(line)
+    sys.stderr.flush()
 
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
@@ -285,6 +434,8 @@ def serve_request(clang: str, args: list[str], policies: list[tuple[str, str]], 
 def _main(driver: str) -> None:
     clang = _clang(driver)
     args = sys.argv[1:]
+    if explicit_target(args) is None and (prefixed := driver_target(sys.argv[0])):
+        args = [f"--target={prefixed}", *args]  # clang's own prefixed drivers do this; we exec clang by its path
     if "-c" not in args and lto(args):  # a link step of an LTO build: its backends may be served
         from optgym_cc import thinlto
 
@@ -293,10 +444,15 @@ def _main(driver: str) -> None:
             sys.stderr.write(f"optgym-cc: note: {note}\n")
             sys.stderr.flush()
         os.execv(clang, [clang, *args, *extra])
-    policies = chosen_policies()
+    target = compile_target(args)
+    policies, missing = target_policies(target)
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
-    if not policies or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
+    if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
+    if missing:
+        note_once(target[1], target[0], missing)
+        if not policies:
+            os.execv(clang, [clang, *args])
     policy = " + ".join(spec if problem == "inline-size" else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
