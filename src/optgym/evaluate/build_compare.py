@@ -128,8 +128,10 @@ class CompareOptions:
 
     def ldflags(self) -> list[str]:
         """LDFLAGS of both builds: an LTO link needs lld (clang's LTO goes through the linker's plugin
-        interface, and the system ``ld`` has none for LLVM-22 bitcode)."""
-        return [*(["-fuse-ld=lld", f"-flto={self.lto}"] if self.lto else []), *self.target_flags()]
+        interface, and the system ``ld`` has none for LLVM-22 bitcode), and so does a link for another target
+        (the system ``ld`` links for this machine only: "unrecognised emulation mode: aarch64linux")."""
+        lld = ["-fuse-ld=lld"] if self.lto or self.target else []
+        return [*lld, *([f"-flto={self.lto}"] if self.lto else []), *self.target_flags()]
 
     def target_flags(self) -> list[str]:
         return [f"--target={self.target}"] if self.target else []
