@@ -41,7 +41,7 @@ from optgym.toolchain.sizes import object_sizes
 if TYPE_CHECKING:  # gymnasium only where spaces are built: the policy server never imports it
     from gymnasium import spaces
 
-Metrics = dict[str, float]
+Metrics = dict[str, int]  # byte counts of a compile's object (text_bytes, dottext_bytes)
 DEFAULT_DELTA = 0.01  # MLGO's reward smoothing
 
 

@@ -36,7 +36,6 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from optgym.policies import DEFAULT_GUARD_BELOW as DEFAULT_BELOW  # noqa: F401
 from optgym.toolchain.process import kill_group, pid_alive, spawn, wait_exit
 from optgym.toolchain.sizes import ElfError, object_sizes
 from optgym_cc import joined_output, lto, operands

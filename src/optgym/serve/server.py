@@ -54,13 +54,12 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from optgym.errors import OptgymError
-from optgym.policies import pretrained_path, resolve_policy
+from optgym.policies import DEFAULT_GUARD_BELOW, pretrained_path, resolve_policy
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
 from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
 from optgym.protocol import Header
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
 from optgym.serve.guard import (
-    DEFAULT_BELOW,
     Guard,
     guard_below,
     keep_smaller,
@@ -288,7 +287,7 @@ class Server:
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
             return _plain(fds)
         try:
-            below = None if backend else guard_below(env, DEFAULT_BELOW)  # every served compile: see DEFAULT_BELOW
+            below = None if backend else guard_below(env, DEFAULT_GUARD_BELOW)  # every served compile: see the bound
             build = [(s.problem.name, s.spec) for s in served]  # this compile's (problem, spec) pairs
             candidates = () if backend else self._candidates(language, build, env)
         except (ValueError, OptgymError) as e:
