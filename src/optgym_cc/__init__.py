@@ -186,16 +186,31 @@ def chosen_policies(target: tuple[str, str] | None = None) -> list[tuple[str, st
     return target_policies(target or compile_target([]))[0]
 
 
-def note_once(family: str, target: str, missing: list[str]) -> None:
+def configure_probe(args: list[str]) -> bool:
+    """Whether a compile is a build system's check (CMake's try-compiles in ``CMakeFiles/``, autoconf's
+    ``conftest.c``, Meson's ``meson-private/``): its stderr is captured into a log nobody reads, or read as
+    the flag's verdict."""
+    places = [os.getcwd(), *operands(args)[0]]
+    return any(
+        "/CMakeFiles/" in place or "meson-private" in place or os.path.basename(place).startswith("conftest")
+        for place in places
+    )
+
+
+def note_once(family: str, target: str, missing: list[str], args: list[str] | None = None) -> None:
     """Say on stderr, once per target family per build, that its compiles keep clang's decisions.
 
     One line per compile would bury a build's log (a thousand compiles, a thousand notes); never saying it would
     leave a user believing the policy decided. A *build* is taken as the compiles of one session (``getsid``:
     one terminal, one CI job) for the family without a ten-minute gap: a marker file in optgym's runtime
-    directory, touched by every such compile, holds the time of the last one. ``OPTGYM_VERBOSE=1`` notes every
-    compile. Best effort: a runtime directory that cannot be written costs the note, never the compile."""
+    directory, touched by every such compile, holds the time of the last one. A configure check (``args``:
+    :func:`configure_probe`) says nothing and leaves the note to the build's first real compile, whose output
+    the user sees. ``OPTGYM_VERBOSE=1`` notes every compile. Best effort: a runtime directory that cannot be
+    written costs the note, never the compile."""
     what = "/".join(missing) + " " if len(missing) < len(CHANNELS) else ""
     line = NO_POLICY_NOTE.format(what=what, family=family, target=target)
+    if args is not None and configure_probe(args):
+        return
     if os.environ.get("OPTGYM_VERBOSE") != "1":
         try:
             marker = os.path.join(_runtime_root(), f"note-{family}-{os.getsid(0)}")
@@ -450,7 +465,7 @@ def _main(driver: str) -> None:
     if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
     if missing:
-        note_once(target[1], target[0], missing)
+        note_once(target[1], target[0], missing, args)
         if not policies:
             os.execv(clang, [clang, *args])
     policy = " + ".join(spec if problem == "inline-size" else f"{problem}={spec}" for problem, spec in policies)
