@@ -1,0 +1,624 @@
+"""Other targets on real clang-22: every problem on AArch64 (Linux) and a Cortex-M4 (bare metal) as on x86-64,
+corpora that record their target, optgym-cc choosing its policy by the compile's target, and cross builds
+through optgym-cc (CMake with qemu-user running the tests; a firmware image linked by ld.lld)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import C_SOURCE, FANOUT_SOURCE
+from test_regalloc_evict import PRESSURE_SOURCE
+from test_regalloc_priority import FLAT, LIGHTEST, MAIN_SOURCE
+
+import optgym_cc
+from optgym.corpus.embedded import corpus_from_sources
+from optgym.corpus.info import corpus_info
+from optgym.corpus.target import Target, module_triple
+from optgym.policies import resolve_policy
+from optgym.policies.scorer import CandidateScorer
+from optgym.problems import get_problem
+from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
+from optgym.rollout import plain_compile, rollout
+from optgym.rollout.rollout import DecisionPoint
+
+BIN = Path(sys.executable).parent
+CC = str(BIN / "optgym-cc")
+PICOLIBC = Path("/usr/lib/picolibc/arm-none-eabi/include")
+AARCH64_ROOT = Path("/usr/aarch64-linux-gnu")
+INLINE, EVICT, PRIORITY = get_problem("inline-size"), get_problem("regalloc-evict"), get_problem("regalloc-priority")
+EVICT_START, PRIORITY_START = CandidateScorer.initial("regalloc-evict"), CandidateScorer.initial("regalloc-priority")
+EM_X86_64, EM_AARCH64, EM_ARM = 62, 183, 40
+
+
+@dataclass(frozen=True)
+class Case:
+    """One target the tests compile for: its driver options, what clang records and writes, what it needs."""
+
+    name: str
+    triple: str | None  # None: this machine's (x86-64)
+    flags: tuple[str, ...]
+    cc1_arch: str  # the -cc1 -triple's architecture
+    machine: int  # the ELF e_machine of its objects
+    #: The allocation-order columns a general-purpose register can take: the rest of the 32 stay masked. Thumb-2
+    #: allocates r0–r12 and lr: 14 registers; x86-64's 16 GPRs fill 15 columns at most (rsp is never allocated).
+    columns: int
+    needs: Path | None  # a file its cross package installs (its headers), else None
+    package: str = ""
+
+    def skip_reason(self) -> str | None:
+        if self.needs is not None and not self.needs.exists():
+            return f"{self.name}: {self.needs} is missing; `apt-get install {self.package}` (make setup installs it)"
+        return None
+
+
+CASES = [
+    Case("x86-64", None, (), "x86_64", EM_X86_64, 16, None),
+    Case("aarch64", "aarch64-linux-gnu", (), "aarch64", EM_AARCH64, 32, AARCH64_ROOT / "include" / "stdio.h",
+         "libc6-dev-arm64-cross"),
+    Case("cortex-m4", "thumbv7em-none-eabi", ("-mcpu=cortex-m4", "-mthumb", "-isystem", str(PICOLIBC)), "thumbv7em",
+         EM_ARM, 14, PICOLIBC / "stdio.h", "picolibc-arm-none-eabi"),
+]  # fmt: skip
+BY_NAME = {case.name: case for case in CASES}
+
+
+def e_machine(path: Path) -> int:
+    """An ELF file's e_machine (little-endian, as all three targets are)."""
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", path
+    return struct.unpack_from("<H", head, 18)[0]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[c.name for c in CASES])
+def target_corpus(request, toolchain, tmp_path_factory):
+    """A C module with libc headers, one whose inlining pays only when all three calls inline, and one the
+    register allocator runs out of registers on — compiled at -Oz for the case's target."""
+    case: Case = request.param
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp(f"target-{case.name}")
+    paths = {}
+    for name, text in {"tree": C_SOURCE, "fanout": FANOUT_SOURCE, "pressure": PRESSURE_SOURCE}.items():
+        paths[name] = root / f"{name}.c"
+        paths[name].write_text(text)
+    corpus = corpus_from_sources(toolchain, paths, root / "corpus", ("-Oz",), case.triple, case.flags)
+    return case, corpus
+
+
+def test_modules_record_their_target_and_corpus_info_counts_them(target_corpus):
+    case, corpus = target_corpus
+    triples = {module_triple(m.cc1_args) for m in corpus}
+    assert len(triples) == 1 and triples.pop().split("-")[0] == case.cc1_arch
+    info = corpus_info(corpus.root, sizes=False)
+    ((triple, count),) = info["targets"].items()
+    assert triple.startswith(case.cc1_arch) and count == 3 == len(info["module_targets"])
+    provenance = corpus.description["optgym"].get("provenance", {})
+    assert provenance.get("target") == case.triple and provenance.get("target_flags", []) == list(case.flags)
+
+
+@pytest.mark.parametrize(("module", "contrary"), [("tree", "never"), ("fanout", "always")])
+def test_inlining_replayed_from_the_stream_is_clangs_own_object(target_corpus, toolchain, tmp_path, module, contrary):
+    """The inliner's stream carries clang's own answer: sending it back gives the plain compile's bytes, on
+    every target, and a contrary policy gives another object (the lever is there on each)."""
+    case, corpus = target_corpus
+    heuristic, never = resolve_policy("heuristic").build(), resolve_policy(contrary).build()
+    plain, replay, other = tmp_path / "plain.o", tmp_path / "replay.o", tmp_path / "other.o"
+    assert plain_compile(INLINE, corpus[module], toolchain, keep_object=plain).ok
+    out = rollout(INLINE, corpus[module], toolchain, heuristic, keep_object=replay)
+    assert out.result.ok and out.result.decisions > 0
+    assert replay.read_bytes() == plain.read_bytes() and e_machine(plain) == case.machine
+    assert rollout(INLINE, corpus[module], toolchain, never, keep_object=other).result.ok
+    assert other.read_bytes() != plain.read_bytes()
+
+
+def test_eviction_stream_shape_and_masks(target_corpus, toolchain):
+    """The eviction stream has the same shape on every target — 32 allocation-order columns and column 32, the
+    register being allocated — however many registers the target has: a smaller register file leaves its last
+    columns masked. Every decision offers a legal answer; the stream carries no default one."""
+    case, corpus = target_corpus
+    masks: list[np.ndarray] = []
+    shapes: set[tuple[str, tuple[int, ...]]] = set()
+
+    def record(point: DecisionPoint) -> int:
+        features = point.features()
+        shapes.update((name, value.shape) for name, value in features.items())
+        masks.append(features["mask"].ravel() != 0)
+        return EVICT_START(point)[0]
+
+    out = rollout(EVICT, corpus["pressure"], toolchain, record)
+    assert out.result.ok and out.result.decisions == len(masks) > 0, out.result.detail
+    expected = {(spec.name, spec.shape) for spec in EVICT.expected_features()}
+    assert shapes == expected and ("mask", (1, CANDIDATES)) in shapes
+    stacked = np.array(masks)
+    assert stacked.any(axis=1).all()  # a legal answer at every decision
+    assert stacked[:, :NOTHING].any()  # some decisions offer a register to evict
+    assert not stacked[:, case.columns : NOTHING].any()  # no register beyond the target's own
+    assert (out.trajectory.heuristic == -1).all()
+
+
+def test_eviction_policies_choosing_valid_candidates_compile(target_corpus, toolchain, tmp_path):
+    """Column 32 evicts nothing: a policy taking it whenever the mask allows (else the first legal register), and
+    one evicting the first legal register whenever there is one, both give a correct compile — on every target,
+    and not clang's default advisor's object."""
+    case, corpus = target_corpus
+    chosen: dict[str, list[int]] = {"nothing": [], "evict": []}
+
+    def nothing_first(point: DecisionPoint) -> int:
+        mask = point.features()["mask"].ravel() != 0
+        chosen["nothing"].append(NOTHING if mask[NOTHING] else int(np.flatnonzero(mask)[0]))
+        return chosen["nothing"][-1]
+
+    def evict_first(point: DecisionPoint) -> int:
+        registers = np.flatnonzero(point.features()["mask"].ravel()[:NOTHING] != 0)
+        chosen["evict"].append(int(registers[0]) if registers.size else NOTHING)
+        return chosen["evict"][-1]
+
+    objects = {}
+    for name, policy in {"nothing": nothing_first, "evict": evict_first}.items():
+        out = rollout(EVICT, corpus["pressure"], toolchain, policy, keep_object=tmp_path / f"{name}.o")
+        assert out.result.ok and out.result.metrics["text_bytes"] > 0, out.result.detail
+        assert e_machine(tmp_path / f"{name}.o") == case.machine
+        objects[name] = (tmp_path / f"{name}.o").read_bytes()
+    assert NOTHING in chosen["nothing"] and any(a < NOTHING for a in chosen["evict"])
+    assert plain_compile(EVICT, corpus["pressure"], toolchain, keep_object=tmp_path / "clang.o").ok
+    assert len({*objects.values(), (tmp_path / "clang.o").read_bytes()}) >= 2
+
+
+def test_a_masked_eviction_is_refused_before_clang_sees_it(target_corpus, toolchain, no_leftovers):
+    """clang crashes on an index its mask rules out; the episode stops the compile first, on every target."""
+    _, corpus = target_corpus
+
+    def masked(point: DecisionPoint) -> int:
+        return int(np.flatnonzero(point.features()["mask"].ravel() == 0)[0])
+
+    out = rollout(EVICT, corpus["pressure"], toolchain, masked)
+    assert out.result.status == "invalid_action" and "not valid at this decision" in out.result.detail
+    assert out.result.decisions == 0
+
+
+def test_priority_stream_and_any_order_compiles(target_corpus, toolchain, tmp_path):
+    """Three scalar features per live range on every target; the start rule's, the flat and the lightest-first
+    orders each compile, to other code than one another."""
+    case, corpus = target_corpus
+    seen: list[tuple[int, int, float]] = []
+
+    def start(point: DecisionPoint) -> tuple[float, float]:
+        f = point.features()
+        assert f["li_size"].shape == f["stage"].shape == f["weight"].shape == (1,)
+        seen.append((int(f["li_size"][0]), int(f["stage"][0]), float(f["weight"][0])))
+        return PRIORITY_START(point)[0], 0.0
+
+    out = rollout(PRIORITY, corpus["pressure"], toolchain, start, keep_object=tmp_path / "start.o")
+    assert out.result.ok and out.result.decisions == len(seen) > 10
+    assert all(size >= 0 and stage >= 1 for size, stage, _ in seen) and any(stage > 1 for _, stage, _ in seen)
+    assert (out.trajectory.heuristic == -1).all()
+    objects = {(tmp_path / "start.o").read_bytes()}
+    for name, policy in {"flat": FLAT, "lightest": LIGHTEST}.items():
+        assert rollout(PRIORITY, corpus["pressure"], toolchain, policy, keep_object=tmp_path / f"{name}.o").result.ok
+        assert e_machine(tmp_path / f"{name}.o") == case.machine
+        objects.add((tmp_path / f"{name}.o").read_bytes())
+    assert len(objects) == 3
+
+
+@pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="qemu-user is installed by `make setup`")
+def test_aarch64_programs_allocated_in_any_order_run_the_same_under_qemu(toolchain, tmp_path):
+    """Each allocation order's AArch64 object, linked with a driver by lld and run under qemu-user, prints what
+    clang's own does."""
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    (tmp_path / "pressure.c").write_text(PRESSURE_SOURCE)
+    (tmp_path / "main.c").write_text(MAIN_SOURCE)
+    corpus = corpus_from_sources(toolchain, {"pressure": tmp_path / "pressure.c"}, tmp_path / "corpus",
+                                 target=case.triple)  # fmt: skip
+    module = corpus["pressure"]
+    for name, policy in {"start": PRIORITY_START, "flat": FLAT, "lightest": LIGHTEST}.items():
+        assert rollout(PRIORITY, module, toolchain, policy, keep_object=tmp_path / f"{name}.o").result.ok
+    assert plain_compile(PRIORITY, module, toolchain, keep_object=tmp_path / "clang.o").ok
+    printed = set()
+    for name in ("start", "flat", "lightest", "clang"):
+        exe = tmp_path / f"{name}.exe"
+        subprocess.run([str(toolchain.clang), f"--target={case.triple}", "-fuse-ld=lld", "-O0",
+                        str(tmp_path / "main.c"), str(tmp_path / f"{name}.o"), "-o", str(exe)], check=True)  # fmt: skip
+        assert e_machine(exe) == EM_AARCH64
+        run = subprocess.run(["qemu-aarch64", "-L", str(AARCH64_ROOT), str(exe)], capture_output=True, text=True,
+                             timeout=60, check=True)  # fmt: skip
+        printed.add(run.stdout)
+    assert len(printed) == 1 and printed.pop().strip() != ""
+
+
+# -- corpus builds for a target --------------------------------------------------------------------------------
+
+CMAKE_LIB = """cmake_minimum_required(VERSION 3.16)
+project(pieces C)
+add_library(pieces STATIC a.c b.c)
+add_executable(tool main.c)
+target_link_libraries(tool pieces)
+"""
+PIECES = {
+    "a.c": "static int sq(int x) { return x * x; }\nint sum_sq(const int *v, int n) { int s = 0; "
+    "for (int i = 0; i < n; i++) s += sq(v[i]); return s; }\n",
+    "b.c": "#include <string.h>\nint count(const char *s, char c) { int n = 0; for (; *s; s++) n += *s == c; "
+    "return n + (int)strlen(s); }\n",
+    "main.c": "int sum_sq(const int *, int);\nint count(const char *, char);\nint main(void) { int v[3] = {1, 2, 3}; "
+    "return sum_sq(v, 3) - 14 + count(\"aba\", 'a') - 2; }\n",
+}
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is installed by `make setup`")
+@pytest.mark.parametrize("name", ["aarch64", "cortex-m4"])
+def test_corpus_build_for_a_target(name, tmp_path):
+    """``optgym corpus build --target``: a CMake tree built for AArch64 links (lld) and gives every object; for a
+    Cortex-M4 its compiler checks pass as a static library, the executable cannot link (no linker script), and the
+    objects are the corpus. Each module records its target; the corpus's provenance records target and flags."""
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    case = BY_NAME[name]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(CMAKE_LIB)
+    for file, text in PIECES.items():
+        (src / file).write_text(text)
+    flags = [f"--target-flag={flag}" for flag in case.flags if flag not in ("-isystem", str(PICOLIBC))]
+    flags += [f"--target-flag=-isystem {PICOLIBC}"] if "-isystem" in case.flags else []  # one flag with its value
+    out = tmp_path / "corpus"
+    result = CliRunner().invoke(app, ["corpus", "build", str(src), "-o", str(out), "-j", "2", "--target",
+                                      str(case.triple), *flags])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    info = corpus_info(out, sizes=False)
+    # CMake's Generic platform (no OS) names objects .obj
+    assert sorted(n.removesuffix("bj") for n in info["module_targets"]) == [
+        "CMakeFiles/pieces.dir/a.c.o", "CMakeFiles/pieces.dir/b.c.o", "CMakeFiles/tool.dir/main.c.o"]  # fmt: skip
+    assert [t.split("-")[0] for t in info["targets"]] == [case.cc1_arch]
+    provenance = info["provenance"]
+    assert provenance["target"] == case.triple and provenance["target_flags"] == list(case.flags)
+    tool = out / ".optgym-work" / "build" / "tool"
+    if Target(str(case.triple)).bare_metal:
+        assert provenance["partial"] and "has no OS" in result.output and not tool.exists()
+    else:
+        assert not provenance["partial"] and e_machine(tool) == case.machine
+    listed = CliRunner().invoke(app, ["corpus", "info", str(out), "--no-sizes", "--modules"])
+    assert listed.exit_code == 0 and f"targets {next(iter(info['targets']))} 3" in listed.output
+    assert listed.output.count(case.cc1_arch) >= 4  # the count line and each module's row
+
+
+def test_target_flags_without_a_target_are_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    result = CliRunner().invoke(app, ["corpus", "build", str(tmp_path), "-o", str(tmp_path / "c"), "--target-flag",
+                                      "-mthumb"])  # fmt: skip
+    assert result.exit_code == 1 and "needs --target" in result.output
+    assert Target.of("thumbv7em-none-eabi", ["-isystem /x/include", "-mthumb"]).flags == ("-isystem", "/x/include",
+                                                                                          "-mthumb")  # fmt: skip
+    assert Target("thumbv7em-none-eabi").bare_metal and not Target("aarch64-linux-gnu").bare_metal
+    assert Target("thumbv7em-none-eabi").autotools_host() == "--host=arm-none-eabi"
+
+
+# -- optgym-cc: the policy of the compile's target ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "program", "expected"),
+    [
+        ([], "optgym-cc", (os.uname().machine, optgym_cc.arch_family(os.uname().machine))),
+        (["--target=aarch64-linux-gnu", "-c", "x.c"], "optgym-cc", ("aarch64-linux-gnu", "aarch64")),
+        (["-target", "thumbv7em-none-eabi", "-c", "x.c"], "optgym-cc", ("thumbv7em-none-eabi", "arm")),
+        (["-c", "x.c"], "/opt/bin/aarch64-linux-gnu-optgym-c++", ("aarch64-linux-gnu", "aarch64")),
+        (["--target=arm64-apple-macos"], "optgym-cc", ("arm64-apple-macos", "aarch64")),
+        (["--target=x86_64-linux-gnu", "-m32"], "optgym-cc", ("x86_64-linux-gnu", "x86")),
+        (["--target=i686-linux-gnu", "-m64"], "optgym-cc", ("i686-linux-gnu", "x86_64")),
+        # the command line's target wins over the driver's name, and the last one over the others
+        (["--target=x86_64-linux-gnu", "-target", "aarch64-linux-gnu"], "riscv64-linux-gnu-optgym-cc",
+         ("aarch64-linux-gnu", "aarch64")),
+    ],
+)  # fmt: skip
+def test_the_launcher_reads_the_compiles_target(args, program, expected):
+    assert optgym_cc.compile_target(args, program) == expected
+
+
+def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
+    """The lookup: PRETRAINED_DIR/<arch>/, then /<family>/, and x86-64's own files in PRETRAINED_DIR itself; a
+    target without its file keeps clang's decisions (and says which); a spec the build names is served as named."""
+    for variable in ("OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(optgym_cc, "PRETRAINED_DIR", str(tmp_path))
+    (tmp_path / "inline-size.onnx").write_bytes(b"x86-64")
+    aarch64, m4 = ("aarch64-linux-gnu", "aarch64"), ("thumbv7em-none-eabi", "arm")
+    assert optgym_cc.target_policies(aarch64) == ([], ["inline-size", "regalloc-evict", "regalloc-priority"])
+    (tmp_path / "aarch64").mkdir()
+    (tmp_path / "aarch64" / "inline-size.onnx").write_bytes(b"aarch64")
+    policies, missing = optgym_cc.target_policies(aarch64)
+    assert policies == [("inline-size", str(tmp_path / "aarch64" / "inline-size.onnx"))]
+    assert missing == ["regalloc-evict", "regalloc-priority"]
+    (tmp_path / "arm").mkdir()
+    (tmp_path / "arm" / "inline-size.onnx").write_bytes(b"arm")
+    assert optgym_cc.shipped_policy("inline-size.onnx", m4) == str(tmp_path / "arm" / "inline-size.onnx")
+    (tmp_path / "thumbv7em").mkdir()
+    (tmp_path / "thumbv7em" / "inline-size.onnx").write_bytes(b"m4")
+    assert optgym_cc.shipped_policy("inline-size.onnx", m4) == str(tmp_path / "thumbv7em" / "inline-size.onnx")
+    assert optgym_cc.shipped_policy("inline-size.onnx", ("x86_64-linux-gnu", "x86_64")) == str(
+        tmp_path / "inline-size.onnx"
+    )
+    assert optgym_cc.shipped_policy("inline-size.onnx", ("x86_64-linux-gnu", "x86")) is None  # -m32
+    monkeypatch.setenv("OPTGYM_POLICY", "never")
+    monkeypatch.setenv("OPTGYM_EVICT_POLICY", "heuristic")
+    assert optgym_cc.target_policies(m4) == ([("inline-size", "never")], ["regalloc-priority"])
+
+
+def compile_env(runtime: Path) -> dict[str, str]:
+    """The environment of a build with the shipped policies (none of them chosen otherwise) and its own runtime
+    directory: a fresh one is a new build, as far as optgym-cc's note is concerned."""
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    for variable in ("OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY", "OPTGYM_VERBOSE"):
+        env.pop(variable, None)
+    return env
+
+
+def test_an_aarch64_compile_through_optgym_cc_is_clangs_with_one_note_per_build(toolchain, tmp_path):
+    """No policy ships for AArch64: optgym-cc compiles exactly clang's object, starts no server, and says so once —
+    the next compiles of the build are silent, ``OPTGYM_VERBOSE=1`` says it every time, and an x86-64 compile
+    in the same build is served as before (no note)."""
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    (tmp_path / "tree.c").write_text(C_SOURCE)
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    env = compile_env(runtime)
+    flags = [f"--target={case.triple}", "-Oz", "-c", "tree.c"]
+    clang = subprocess.run([str(toolchain.clang), *flags, "-o", "clang.o"], cwd=tmp_path, capture_output=True,
+                           text=True, env=env)  # fmt: skip
+    assert clang.returncode == 0 and clang.stderr == ""
+    stderrs = []
+    for i, extra in enumerate([{}, {}, {"OPTGYM_VERBOSE": "1"}]):
+        served = subprocess.run([CC, *flags, "-o", f"cc{i}.o"], cwd=tmp_path, capture_output=True, text=True,
+                                env={**env, **extra})  # fmt: skip
+        assert served.returncode == 0, served.stderr
+        assert (tmp_path / f"cc{i}.o").read_bytes() == (tmp_path / "clang.o").read_bytes()
+        stderrs.append(served.stderr)
+    note = optgym_cc.NO_POLICY_NOTE.format(what="", family="aarch64", target=case.triple)
+    assert stderrs == [note, "", note]
+    assert "ships no policy for aarch64" in note and note.count("\n") == 1
+    assert not list((runtime / "optgym").glob("serve-*.sock"))  # clang's own compile: no server was started
+    # a compile that is not served (here -O2) says nothing even at the start of a build
+    quiet = subprocess.run([CC, f"--target={case.triple}", "-O2", "-c", "tree.c", "-o", "o2.o"], cwd=tmp_path,
+                           capture_output=True, text=True, env=compile_env(tmp_path / "other"))  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_configure_check_leaves_the_note_to_the_build(tmp_path):
+    """A build system's check (a CMake try-compile, autoconf's conftest.c) says nothing — its stderr is a log nobody
+    reads, or a flag check's verdict — and the build's first real compile still gets the note."""
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    probe = tmp_path / "build" / "CMakeFiles" / "CMakeScratch" / "TryCompile-abc"
+    probe.mkdir(parents=True)
+    (probe / "src.c").write_text(FANOUT_SOURCE)
+    (tmp_path / "conftest.c").write_text(FANOUT_SOURCE)
+    (tmp_path / "real.c").write_text(FANOUT_SOURCE)
+    env = compile_env(tmp_path / "run")
+    flags = [f"--target={case.triple}", "-Oz", "-c"]
+    note = optgym_cc.NO_POLICY_NOTE.format(what="", family="aarch64", target=case.triple)
+    steps = [(probe, "src.c", ""), (tmp_path, "conftest.c", ""), (tmp_path, "real.c", note), (tmp_path, "real.c", "")]
+    for cwd, source, expected in steps:
+        done = subprocess.run([CC, *flags, source], cwd=cwd, capture_output=True, text=True, env=env)
+        assert done.returncode == 0 and done.stderr == expected, (source, done.stderr)
+    assert optgym_cc.configure_probe(["-c", "conftest.c"]) and optgym_cc.configure_probe(["-c", "x/meson-private/t.c"])
+    assert not optgym_cc.configure_probe(["-c", "src/real.c", "-o", "CMakeFiles/tool.dir/real.c.o"])
+
+
+def test_a_triple_prefixed_optgym_cc_compiles_for_its_target(toolchain, tmp_path):
+    """``aarch64-linux-gnu-optgym-cc``, like clang's prefixed drivers, compiles for the triple in its name."""
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    prefixed = tmp_path / f"{case.triple}-optgym-cc"
+    prefixed.symlink_to(CC)
+    (tmp_path / "fanout.c").write_text(FANOUT_SOURCE)
+    env = compile_env(tmp_path / "run")
+    done = subprocess.run([str(prefixed), "-Oz", "-c", "fanout.c", "-o", "p.o"], cwd=tmp_path, capture_output=True,
+                          text=True, env=env)  # fmt: skip
+    assert done.returncode == 0 and "ships no policy for aarch64" in done.stderr
+    subprocess.run([str(toolchain.clang), f"--target={case.triple}", "-Oz", "-c", "fanout.c", "-o", "c.o"],
+                   cwd=tmp_path, check=True)  # fmt: skip
+    assert e_machine(tmp_path / "p.o") == EM_AARCH64
+    assert (tmp_path / "p.o").read_bytes() == (tmp_path / "c.o").read_bytes()
+
+
+# -- cross builds through optgym-cc ------------------------------------------------------------------------------
+
+TOOLCHAIN_FILE = """set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER {cc})
+set(CMAKE_C_COMPILER_TARGET aarch64-linux-gnu)
+set(CMAKE_AR {ar})
+set(CMAKE_RANLIB {ranlib})
+set(CMAKE_EXE_LINKER_FLAGS_INIT -fuse-ld=lld)
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+"""
+CROSS_PROJECT = """cmake_minimum_required(VERSION 3.16)
+project(cross C)
+enable_testing()
+add_library(pieces STATIC a.c b.c)
+add_executable(tool main.c)
+target_link_libraries(tool pieces)
+add_test(NAME tool_runs COMMAND tool)
+"""
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("qemu-aarch64") is None,
+                    reason="cmake and qemu-user are installed by `make setup`")  # fmt: skip
+def test_cmake_cross_build_through_optgym_cc_runs_its_tests_under_qemu(toolchain, tmp_path):
+    """A CMake toolchain file naming optgym-cc and an AArch64 target: the compiler checks, the build and ctest —
+    its test run by qemu-user — pass, the program is AArch64, and the build log has optgym's note once."""
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    src, build = tmp_path / "src", tmp_path / "build"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(CROSS_PROJECT)
+    for file, text in PIECES.items():
+        (src / file).write_text(text)
+    (tmp_path / "aarch64.cmake").write_text(TOOLCHAIN_FILE.format(cc=CC, ar=toolchain.tool("llvm-ar"),
+                                                                  ranlib=toolchain.tool("llvm-ranlib")))  # fmt: skip
+    env = compile_env(tmp_path / "run")
+    steps = [
+        ["cmake", "-S", str(src), "-B", str(build), f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'aarch64.cmake'}",
+         "-DCMAKE_BUILD_TYPE=MinSizeRel"],
+        ["cmake", "--build", str(build), "-j", "2"],
+        ["ctest", "--test-dir", str(build), "--output-on-failure"],
+    ]  # fmt: skip
+    output = ""
+    for argv in steps:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        output += done.stdout + done.stderr
+    assert "100% tests passed" in output and e_machine(build / "tool") == EM_AARCH64
+    assert output.count("optgym-cc: note:") == 1 and "ships no policy for aarch64" in output
+
+
+FIRMWARE_STARTUP = r"""
+#include <stdint.h>
+extern uint32_t _estack, _sidata, _sdata, _edata, _sbss, _ebss;
+int main(void);
+void Reset_Handler(void) {
+  uint32_t *src = &_sidata, *dst = &_sdata;
+  while (dst < &_edata) *dst++ = *src++;
+  for (dst = &_sbss; dst < &_ebss;) *dst++ = 0;
+  main();
+  for (;;) {}
+}
+void Default_Handler(void) { for (;;) {} }
+__attribute__((section(".isr_vector"), used)) void (*const vectors[])(void) = {
+  (void (*)(void))&_estack, Reset_Handler, Default_Handler, Default_Handler, Default_Handler,
+};
+"""
+FIRMWARE_MAIN = r"""
+#include <stdint.h>
+static uint32_t ticks;
+static const uint8_t table[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+volatile uint32_t *const LED = (uint32_t *)0x40020014u;
+static uint32_t mix(uint32_t x) { return (x << 3) ^ (x >> 5) ^ table[x & 15]; }
+uint32_t never_called(uint32_t x) { return mix(x) * 7u + table[3]; }
+int main(void) {
+  for (uint32_t i = 0;; i++) { ticks = mix(ticks + i); *LED = ticks & 1u; }
+}
+"""
+LINKER_SCRIPT = """MEMORY {
+  FLASH (rx) : ORIGIN = 0x08000000, LENGTH = 256K
+  RAM (rwx) : ORIGIN = 0x20000000, LENGTH = 64K
+}
+_estack = ORIGIN(RAM) + LENGTH(RAM);
+ENTRY(Reset_Handler)
+SECTIONS {
+  .isr_vector : { KEEP(*(.isr_vector)) } > FLASH
+  .text : { *(.text*) *(.rodata*) } > FLASH
+  _sidata = LOADADDR(.data);
+  .data : { _sdata = .; *(.data*) _edata = .; } > RAM AT > FLASH
+  .bss (NOLOAD) : { _sbss = .; *(.bss*) *(COMMON) _ebss = .; } > RAM
+}
+"""
+
+
+def test_cortex_m4_firmware_links_with_a_linker_script(toolchain, tmp_path):
+    """Firmware-style: objects for a Cortex-M4 compiled through optgym-cc (freestanding: no C library at all), linked
+    by ld.lld with a linker script, ``--gc-sections`` and ``-nostdlib``: the vector table opens flash, its reset
+    entry is the Thumb address of the reset handler, and the unused function is gone."""
+    case = BY_NAME["cortex-m4"]
+    (tmp_path / "startup.c").write_text(FIRMWARE_STARTUP)
+    (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
+    (tmp_path / "fw.ld").write_text(LINKER_SCRIPT)
+    flags = [f"--target={case.triple}", "-mcpu=cortex-m4", "-mthumb", "-Oz", "-ffreestanding", "-ffunction-sections",
+             "-fdata-sections"]  # fmt: skip
+    env = compile_env(tmp_path / "run")
+    for name in ("startup", "main"):
+        done = subprocess.run([CC, *flags, "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, capture_output=True,
+                              text=True, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        plain = subprocess.run([str(toolchain.clang), *flags, "-c", f"{name}.c", "-o", f"{name}.clang.o"],
+                               cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+        assert plain.returncode == 0
+        assert (tmp_path / f"{name}.o").read_bytes() == (tmp_path / f"{name}.clang.o").read_bytes()
+    link = subprocess.run([str(toolchain.tool("ld.lld")), "-T", "fw.ld", "--gc-sections", "-nostdlib", "startup.o",
+                           "main.o", "-o", "fw.elf"], cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert link.returncode == 0, link.stderr
+    assert e_machine(tmp_path / "fw.elf") == EM_ARM
+    nm = subprocess.run([str(toolchain.tool("llvm-nm")), str(tmp_path / "fw.elf")], capture_output=True, text=True,
+                        check=True).stdout  # fmt: skip
+    symbols = {line.split()[-1]: int(line.split()[0], 16) for line in nm.splitlines() if len(line.split()) == 3}
+    assert "never_called" not in symbols and "main" in symbols and "Reset_Handler" in symbols
+    assert symbols["vectors"] == 0x08000000
+    image = subprocess.run([str(toolchain.tool("llvm-objcopy")), "-O", "binary", "--only-section=.isr_vector",
+                            str(tmp_path / "fw.elf"), "-"], capture_output=True, check=True).stdout  # fmt: skip
+    stack, reset = struct.unpack_from("<II", image)
+    assert stack == 0x20000000 + 64 * 1024 and reset == symbols["Reset_Handler"] | 1
+
+
+# -- optgym compare-build for a target ----------------------------------------------------------------------------
+
+
+def test_compare_build_gives_both_builds_the_target(tmp_path):
+    """Both builds get the same target: CMake as its own COMPILER_TARGET (in its checks too), every other build
+    system in CFLAGS and LDFLAGS; links for another target use lld."""
+    from optgym.evaluate.build_compare import CompareOptions, Tools, build_commands
+
+    opts = CompareOptions(source=tmp_path, outdir=tmp_path / "out", target="aarch64-linux-gnu")
+    tools = Tools("cc", "c++", "ar", "ranlib")
+    assert "-fuse-ld=lld" in opts.ldflags() and "--target=aarch64-linux-gnu" in opts.ldflags()
+    (_, configure), _ = build_commands("cmake", opts, tools, tmp_path / "b")
+    assert "-DCMAKE_C_COMPILER_TARGET=aarch64-linux-gnu" in configure
+    assert "-DCMAKE_CXX_COMPILER_TARGET=aarch64-linux-gnu" in configure
+    assert "-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld" in configure
+    assert not any("--target=" in arg for arg in configure)
+    ((_, make),) = build_commands("make", opts, tools, tmp_path)
+    assert "CFLAGS=-Oz --target=aarch64-linux-gnu" in make and "LDFLAGS=-fuse-ld=lld --target=aarch64-linux-gnu" in make
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("qemu-aarch64") is None,
+                    reason="cmake and qemu-user are installed by `make setup`")  # fmt: skip
+def test_compare_build_for_aarch64_runs_both_test_suites_under_qemu(tmp_path):
+    """``optgym compare-build --target aarch64-linux-gnu`` with the emulator as a configure argument: both builds
+    link (lld), both test suites pass under qemu-user, and a policy the build names (``OPTGYM_POLICY=never``) is
+    served for the AArch64 compiles — the allocator's shipped x86-64 policies are not, with optgym's note."""
+    if reason := BY_NAME["aarch64"].skip_reason():
+        pytest.skip(reason)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(CROSS_PROJECT)
+    for file, text in PIECES.items():
+        (src / file).write_text(text)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "optgym.cli", "compare-build", str(src), "-o", str(out), "--jobs", "2",
+               "--target", "aarch64-linux-gnu", "--test", "--configure-arg=-DCMAKE_SYSTEM_NAME=Linux",
+               "--configure-arg=-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;/usr/aarch64-linux-gnu"]  # fmt: skip
+    env = {**compile_env(tmp_path / "run"), "OPTGYM_POLICY": "never"}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["options"]["target"] == "aarch64-linux-gnu"
+    for variant in ("plain", "optgym"):
+        assert report["tests"][variant]["status"] == "passed", report["tests"][variant]
+    (tool,) = [row for row in report["outputs"] if row["path"].endswith("tool")]
+    assert not tool["identical"]  # never-inline decided the AArch64 compiles
+    log = (out / "optgym.log").read_text()
+    assert log.count("optgym-cc: note:") == 1 and "ships no regalloc-evict/regalloc-priority policy for aarch64" in log
+    assert "optgym-cc: note:" not in (out / "plain.log").read_text()
