@@ -422,7 +422,7 @@ def _pair(plain: dict[str, Path], optgym: dict[str, Path], figures: Callable[[Pa
     rows = []
     for rel in sorted(set(plain) | set(optgym)):
         try:
-            row = {"path": rel, **{v: figures(files[rel]) if rel in files else None
+            row: dict[str, Any] = {"path": rel, **{v: figures(files[rel]) if rel in files else None
                                    for v, files in (("plain", plain), ("optgym", optgym))}}  # fmt: skip
         except ElfError:
             continue
@@ -587,7 +587,7 @@ def _cell(value: int | float | None) -> str:
     return "—" if value is None else str(value)
 
 
-def _ratio_cell(a: int | None, b: int | None) -> str:
+def _ratio_cell(a: float | None, b: float | None) -> str:
     return f"{b / a:.4f}" if a and b is not None else "—"
 
 
