@@ -357,6 +357,13 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTGYM_POLICY", "never")
     monkeypatch.setenv("OPTGYM_EVICT_POLICY", "heuristic")
     assert optgym_cc.target_policies(m4) == ([("inline-size", "never")], ["regalloc-priority"])
+    # a ThinLTO link's backends: the link's target's policy too, never x86-64's for another target
+    from optgym_cc import thinlto
+
+    monkeypatch.delenv("OPTGYM_LTO_POLICY", raising=False)
+    (tmp_path / "inline-size-thinlto.onnx").write_bytes(b"x86-64 thinlto")
+    assert thinlto.lto_policy(["--target=x86_64-linux-gnu"]) == str(tmp_path / "inline-size-thinlto.onnx")
+    assert thinlto.lto_policy(["--target=aarch64-linux-gnu", "-flto=thin"]) == "heuristic"
 
 
 def compile_env(runtime: Path) -> dict[str, str]:

@@ -44,10 +44,14 @@ BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
 CAPTURE = "OPTGYM_THINLTO_CAPTURE"
 
 
-def lto_policy() -> str:
-    """``OPTGYM_LTO_POLICY`` as a spec the server loads: ``pretrained`` becomes the shipped file's path."""
-    spec = os.environ.get("OPTGYM_LTO_POLICY") or cc.default_policy(PRETRAINED_LTO)
-    return PRETRAINED_LTO if spec == "pretrained" else spec
+def lto_policy(args: list[str] | None = None) -> str:
+    """``OPTGYM_LTO_POLICY`` as a spec the server loads: ``pretrained`` becomes the path of the file shipped for
+    the link's target (:func:`optgym_cc.shipped_policy`; ``args``: the link's command line, else this machine's
+    target), or ``heuristic`` where that target has none — a link for another target never gets x86-64's."""
+    spec = os.environ.get("OPTGYM_LTO_POLICY") or "pretrained"
+    if spec != "pretrained":
+        return spec
+    return cc.shipped_policy(os.path.basename(PRETRAINED_LTO), cc.compile_target(args or [])) or "heuristic"
 
 
 def _uses_lld(args: list[str]) -> bool:
@@ -84,7 +88,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     """What a link step becomes: the extra arguments that make lld hand its ThinLTO backends to optgym (none:
     clang's own link), and a note for the build, or ``None``."""
     mode = cc.lto(args)
-    policy = lto_policy()
+    policy = lto_policy(args)
     if mode is None or (policy == "heuristic" and not os.environ.get(CAPTURE)) or not is_link(args):
         return [], None
     if mode != "-flto=thin":
