@@ -261,9 +261,9 @@ def _clang(driver: str) -> str:
             return path
     import shutil
 
-    for path in (shutil.which(f"{driver}-22"), shutil.which(driver)):
-        if path:
-            return path
+    for found in (shutil.which(f"{driver}-22"), shutil.which(driver)):
+        if found:
+            return found
     sys.stderr.write(f"optgym-cc: {driver}-22 not found; install clang-22 (apt-get install clang-22)\n")
     sys.exit(127)
 
