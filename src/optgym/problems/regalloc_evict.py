@@ -11,8 +11,8 @@ nothing (the virtual register goes on to be split or spilled).
 The shape is the same on every target (checked on x86-64, AArch64 and a Cortex-M4's Thumb-2,
 tests/test_targets.py): the columns are registers of the allocation order, and a target with fewer
 leaves the rest masked — on the Cortex-M4 only the first 14 columns are ever legal — so nothing here
-depends on the target; the mask does. Column 32 can be masked too (a few decisions per module on each
-target): clang must then evict.
+depends on the target; the mask does. Column 32 can be masked too (2 of 38 decisions on x86-64 and 1 of 42
+on the Cortex-M4 in the tests' pressure module): clang must then evict.
 
 The stream carries no answer of the default advisor, so the heuristic is measured, not replayed:
 the baseline is the plain compile (the default advisor, same flags). An index the mask rules out
