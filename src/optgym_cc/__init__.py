@@ -54,8 +54,11 @@ import sys
 PROTOCOL = "3"
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "policies", "pretrained")
-#: The decisions a launcher can serve, in the order the compiler meets them: (problem, the environment
-#: variable naming its policy, the file of the policy shipped for it inside the optgym package).
+#: The decisions a launcher can serve: (problem, the environment variable naming its policy, the file of the
+#: policy shipped for it inside the optgym package). Each problem declares these in its own file
+#: (``serve_variable``, ``pretrained``); this is :func:`optgym.serve.server.channels` written out, in the
+#: registry's order, because the launcher imports nothing of optgym — tests/test_problem_registry.py fails
+#: until a new servable problem's row is added here.
 CHANNELS = (
     ("inline-size", "OPTGYM_POLICY", os.path.join(PRETRAINED_DIR, "inline-size.onnx")),
     ("regalloc-evict", "OPTGYM_EVICT_POLICY", os.path.join(PRETRAINED_DIR, "regalloc-evict.onnx")),
@@ -468,7 +471,7 @@ def _main(driver: str) -> None:
         note_once(target[1], target[0], missing, args)
         if not policies:
             os.execv(clang, [clang, *args])
-    policy = " + ".join(spec if problem == "inline-size" else f"{problem}={spec}" for problem, spec in policies)
+    policy = " + ".join(spec if problem == CHANNELS[0][0] else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
         reply = serve_request(clang, args, policies)
