@@ -8,7 +8,7 @@ APT_PACKAGES := clang-22 llvm-22 lld-22 python3-venv gcc make cmake util-linux \
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: all setup system-deps venv demo demo-quick test test-slow bench check lint format clean
+.PHONY: all setup system-deps venv demo demo-quick test test-slow test-research bench check lint format clean
 
 all: test
 
@@ -52,22 +52,26 @@ test: setup
 test-slow: setup
 	$(VENV)/bin/python -m pytest -m slow $(PYTEST_ARGS)
 
+## The research scripts' own tests (research/: experiments, not the product).
+test-research: setup
+	$(VENV)/bin/python -m pytest -m research $(PYTEST_ARGS)
+
 bench: setup
 	$(VENV)/bin/python bench/host_overhead.py
 
 ## What CI runs before the tests (.ci/run): ruff, the import layers and cycles (.importlinter), the types (mypy).
 check: venv
-	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff check src tests bench research maintainer
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy src
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench tools
-	$(VENV)/bin/ruff format --check src tests bench tools
+	$(VENV)/bin/ruff check src tests bench research maintainer
+	$(VENV)/bin/ruff format --check src tests bench research maintainer
 
 format: venv
-	$(VENV)/bin/ruff format src tests bench tools
-	$(VENV)/bin/ruff check --fix src tests bench tools
+	$(VENV)/bin/ruff format src tests bench research maintainer
+	$(VENV)/bin/ruff check --fix src tests bench research maintainer
 
 clean:
 	rm -rf demo-out demo-out-quick .pytest_cache build dist src/*.egg-info

@@ -1,4 +1,4 @@
-"""tools/flip_scan.py on real compiles: every flip is the decision it claims, and a rerun measures the same."""
+"""research/flip_scan.py on real compiles: every flip is the decision it claims, and a rerun measures the same."""
 
 from __future__ import annotations
 
@@ -7,13 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "flip_scan.py"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCAN = [sys.executable, "-m", "research.flip_scan"]  # run from the repository root
+pytestmark = pytest.mark.research
 
 
 def _scan(corpus_dir: Path, out: Path, *extra: str) -> list[dict]:
-    result = subprocess.run([sys.executable, str(TOOL), str(corpus_dir), "--split", "all", "--language", "C++",
+    result = subprocess.run([*SCAN, str(corpus_dir), "--split", "all", "--language", "C++",
                              "--modules", "1", "--max-flips", "4", "--hi", "1000", "-j", "1", "-o", str(out), *extra],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "callee users" in result.stdout  # the summary table
     out.with_name(out.name + ".stdout").write_text(result.stdout)
@@ -37,8 +41,9 @@ def test_undo_flips_clangs_own_inlines(corpus_dir, tmp_path):
 
 
 def test_an_unknown_policy_is_a_clear_error(corpus_dir, tmp_path):
-    result = subprocess.run([sys.executable, str(TOOL), str(corpus_dir), "--split", "all", "--policy", "nope",
-                             "-o", str(tmp_path / "x.jsonl")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run([*SCAN, str(corpus_dir), "--split", "all", "--policy", "nope",
+                             "-o", str(tmp_path / "x.jsonl")],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
     assert result.returncode != 0 and "nope" in result.stderr
     assert not (tmp_path / "x.jsonl").exists()
 
@@ -59,6 +64,7 @@ def test_where_keeps_only_call_sites_within_the_bounds(corpus_dir, tmp_path):
 
 
 def test_a_malformed_where_is_a_clear_error(corpus_dir, tmp_path):
-    result = subprocess.run([sys.executable, str(TOOL), str(corpus_dir), "--where", "no_such_feature<=2",
-                             "-o", str(tmp_path / "x.jsonl")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run([*SCAN, str(corpus_dir), "--where", "no_such_feature<=2",
+                             "-o", str(tmp_path / "x.jsonl")],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
     assert result.returncode != 0 and "no_such_feature" in result.stderr

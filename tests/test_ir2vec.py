@@ -1,30 +1,21 @@
-"""tools/ir2vec_vocab.py against the real clang-22: a vocabulary it trains turns on the inliner's IR2Vec
+"""research/ir2vec_vocab.py against the real clang-22: a vocabulary it trains turns on the inliner's IR2Vec
 features, and clang refuses a malformed one with a message that says so."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "ir2vec_vocab.py"
+from research import gate_study
+from research import ir2vec_vocab as ir2vec
+
 DIM = 8  # not upstream's 75: the point is that the features take the vocabulary's dimension
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("ir2vec_vocab", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-ir2vec = _load_tool()
+pytestmark = pytest.mark.research
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +89,6 @@ def test_missing_vocabulary_file(corpus, toolchain, tmp_path):
     assert "Failed to load IR2Vec vocabulary" in res.stderr_tail
 
 
-def _load_gate_study():
-    spec = importlib.util.spec_from_file_location("gate_study", TOOL.with_name("gate_study.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)  # imports ir2vec_vocab, registered above
-    return module
-
-
 def test_gate_study_embeddings_are_the_scanned_decisions(vocab, corpus, toolchain, tmp_path, no_leftovers):
     """The embeddings compile decides as the plain one (IR2Vec only reads the IR): same decisions, same
     features at each, plus both embeddings of the vocabulary's dimension; the second call reads the cache."""
@@ -114,7 +96,7 @@ def test_gate_study_embeddings_are_the_scanned_decisions(vocab, corpus, toolchai
     from optgym.problems.inline_size import FEATURES
     from optgym.rollout.rollout import rollout
 
-    study = _load_gate_study()
+    study = gate_study
     digest = study.hashlib.sha256(vocab.read_bytes()).hexdigest()
     task = study.EmbedTask(str(corpus.root), "zoo", "heuristic", str(vocab), digest, str(tmp_path / "cache"), 120.0)
     name, got = study.embed_module(task)
@@ -134,7 +116,7 @@ def test_gate_study_embeddings_are_the_scanned_decisions(vocab, corpus, toolchai
 
 
 def test_gate_study_statistics():
-    study = _load_gate_study()
+    study = gate_study
     rng = np.random.default_rng(0)
     y, p = rng.integers(0, 2, 200), rng.random(200).round(1)  # rounded: ties
     pairs = [(a > b) + 0.5 * (a == b) for a in p[y == 1] for b in p[y == 0]]

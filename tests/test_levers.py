@@ -1,27 +1,21 @@
-"""tools/levers.py on real compiles: each alternative is the compile it names, and the table adds up."""
+"""research/levers.py on real compiles: each alternative is the compile it names, and the table adds up."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from optgym.toolchain import object_sizes
+from research import levers
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "levers.py"
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("levers", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["levers"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.research
 
 
 def test_each_alternative_is_the_compile_it_names(corpus, corpus_dir, toolchain, tmp_path):
-    levers = _tool()
     sizes = levers.compile_alternatives(levers.LeverTask(str(corpus_dir), None, "zoo", 120.0))
     module = corpus.module("zoo")
     for name, (policy, flags) in levers.ALTERNATIVES.items():
@@ -40,9 +34,9 @@ def test_each_alternative_is_the_compile_it_names(corpus, corpus_dir, toolchain,
 
 
 def test_the_command_prints_the_table_for_the_chosen_alternatives(corpus_dir):
-    result = subprocess.run([sys.executable, str(TOOL), str(corpus_dir), "--split", "all", "--language", "C++",
-                             "--modules", "1", "--only", "module inliner", "-j", "1"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run([sys.executable, "-m", "research.levers", str(corpus_dir), "--split", "all",
+                             "--language", "C++", "--modules", "1", "--only", "module inliner", "-j", "1"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     lines = lines[next(i for i, line in enumerate(lines) if line.startswith("1 modules")) :]  # after the progress bar

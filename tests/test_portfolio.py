@@ -3,7 +3,6 @@ compiling an object N ways with the real clang-22 — the default build's pass o
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -16,11 +15,14 @@ import pytest
 from conftest import _corpus
 from typer.testing import CliRunner
 
+from maintainer import portfolio as portfolio_tool
 from optgym.cli import app
 from optgym.policies import PRETRAINED_DIR
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, PortfolioError, load_portfolio
 from optgym.toolchain import object_sizes
 from optgym.train.evaluation import evaluate, evaluate_portfolio
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CC = str(Path(sys.executable).parent / "optgym-cc")
 CLANG = "/usr/lib/llvm-22/bin/clang"
@@ -280,9 +282,9 @@ def test_a_launcher_gone_stops_the_candidates_and_kills_the_running_compile(tmp_
     assert running.compile.returncode is not None
 
 
-def test_tools_portfolio_measure_records_every_prefix_in_the_portfolio_file(port_corpus, tmp_path):
-    """``tools/portfolio.py measure --record``: one entry per corpus in the file, every prefix's total — never
-    larger as candidates are added, the last one what ``evaluate_portfolio`` keeps — and the file still loads."""
+def test_maintainer_portfolio_measure_records_every_prefix_in_the_portfolio_file(port_corpus, tmp_path):
+    """``python -m maintainer.portfolio measure --record``: one entry per corpus in the file, every prefix's total —
+    never larger as candidates are added, the last one what ``evaluate_portfolio`` keeps — and the file still loads."""
     mine = tmp_path / "portfolio-c.json"
     data = json.loads(PRETRAINED_PORTFOLIO.read_text())
     for candidate in data["candidates"]:  # the copy names the shipped scorer files by absolute path
@@ -290,10 +292,10 @@ def test_tools_portfolio_measure_records_every_prefix_in_the_portfolio_file(port
                                  for p, s in candidate.get("policies", {}).items()}  # fmt: skip
     data.pop("measured", None)
     write(mine, data)
-    tool = Path(__file__).resolve().parents[1] / "tools" / "portfolio.py"
     for _ in range(2):  # measured again: the entry is replaced
-        out = subprocess.run([sys.executable, str(tool), "measure", str(port_corpus.root), "--portfolio", str(mine),
-                              "--record", "-j", "1"], capture_output=True, text=True, timeout=600)  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "maintainer.portfolio", "measure", str(port_corpus.root),
+                              "--portfolio", str(mine), "--record", "-j", "1"],
+                             capture_output=True, text=True, timeout=600, cwd=ROOT)  # fmt: skip
         assert out.returncode == 0, out.stderr
     recorded = json.loads(mine.read_text())["measured"]
     (entry,) = recorded.values()
@@ -329,14 +331,11 @@ def test_a_candidate_whose_policy_does_not_load_is_passed_over(port_corpus, tmp_
 
 
 def test_choose_combine_adds_options_greedily_while_they_save_enough():
-    """``tools/portfolio.py choose --combine``'s rule on a made-up sample (the rule itself, not the compiles):
-    each option saves its own bytes in one compile with the others; the greedy takes the largest saver first,
+    """``python -m maintainer.portfolio choose --combine``'s rule on a made-up sample (the rule itself, not the
+    compiles): each option saves its own bytes in one compile with the others; the greedy takes the largest saver first,
     passes over a combination that fails on a module, and stops at the first addition that saves less than
     ``MIN_GAIN``; every combination tried that compiled stays a pool entry for the rest of the choice."""
-    tool_file = Path(__file__).resolve().parents[1] / "tools" / "portfolio.py"
-    spec = importlib.util.spec_from_file_location("portfolio_tool", tool_file)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = portfolio_tool
     saving = {"-a": 30, "-b": 20, "-c": 0.5, "-broken": 50}  # bytes per module, of 1000 per module in all
     modules = [f"m{i}" for i in range(4)]
 

@@ -1,28 +1,18 @@
-"""tools/ship_pretrained.py --unseen on real compiles: every shipped policy's figures on a corpus land in every
+"""maintainer/ship_pretrained.py --unseen on real compiles: every shipped policy's figures on a corpus land in every
 shipped provenance, one entry per corpus, and nothing else of the provenance changes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
+from maintainer import ship_pretrained
 from optgym.policies import PRETRAINED_NAMES, pretrained_provenance
 from optgym.policies.portfolio import load_portfolio
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "ship_pretrained.py"
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("ship_pretrained", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_unseen_figures_go_into_every_shipped_provenance(corpus, tmp_path, monkeypatch):
-    tool = _tool()
+    tool = ship_pretrained
     copies = {}
     for problem in PRETRAINED_NAMES:
         copies[problem] = tmp_path / f"{problem}.provenance.json"

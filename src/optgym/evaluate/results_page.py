@@ -1,7 +1,7 @@
 """The results page (``docs/results.md``), generated from the files the package ships with its policies.
 
 Every figure comes from ``src/optgym/policies/pretrained/*.provenance.json`` and ``portfolio-c.json`` as
-``tools/ship_pretrained.py`` and ``tools/portfolio.py measure --record`` wrote them; nothing is typed by
+``maintainer/ship_pretrained.py`` and ``maintainer/portfolio.py measure --record`` wrote them; nothing is typed by
 hand, so the page changes only when those files do (``optgym results-page -o docs/results.md``).
 """
 
@@ -217,7 +217,7 @@ def _portfolio(portfolio: dict[str, Any]) -> list[str]:
         modules = sum(m["prefixes"][0]["modules"] for m in unseen)
         rows.append([f"the {len(unseen)} sets outside the training list", modules, *pooled])
     out += [
-        "Berkeley text against clang-22 `-Oz` with the first N candidates (`tools/portfolio.py measure --record`; "
+        "Berkeley text against clang-22 `-Oz` with the first N candidates (`maintainer/portfolio.py measure --record`; "
         "`CORPUS (test)` is that corpus's held-out split):",
         "",
         *_table(["set", "modules", *(f"N = {i}" for i in range(1, count + 1))], rows),

@@ -38,6 +38,31 @@ class PortfolioError(OptgymError):
     """A portfolio file that is missing, unreadable or malformed."""
 
 
+#: Options of passes -Oz runs anyway (name → extra clang flags), the pool a portfolio candidate's flags come from
+#: (``python -m maintainer.portfolio``; measured one by one by ``python -m research.levers``): unlike switching on a
+#: pass clang keeps off, they change how much a pass of the default pipeline does (or skip one), never add code
+#: clang does not run.
+PASS_OPTIONS: dict[str, tuple[str, ...]] = {
+    "no tail duplication": ("-mllvm", "-disable-tail-duplicate", "-mllvm", "-disable-early-taildup"),
+    "no tail duplication in placement": ("-mllvm", "-tail-dup-placement=false"),
+    "tail merge from 2 instructions": ("-mllvm", "-tail-merge-size=2"),
+    "jump tables from 8 cases": ("-mllvm", "-min-jump-table-entries=8"),
+    "jump tables from 3 cases": ("-mllvm", "-min-jump-table-entries=3"),
+    "jump tables at density 10": ("-mllvm", "-optsize-jump-table-density=10"),
+    "jump tables at density 80": ("-mllvm", "-optsize-jump-table-density=80"),
+    "no phi folding": ("-mllvm", "-phi-node-folding-threshold=0", "-mllvm", "-two-entry-phi-node-folding-threshold=0"),
+    "more phi folding": (
+        "-mllvm",
+        "-phi-node-folding-threshold=4",
+        "-mllvm",
+        "-two-entry-phi-node-folding-threshold=8",
+    ),
+    "callee-saved register cost 10": ("-mllvm", "-regalloc-csr-first-time-cost=10"),
+    "no shrink wrapping": ("-mllvm", "-enable-shrink-wrap=false"),
+    "no switch lookup tables": ("-mllvm", "-switch-to-lookup=false"),
+}
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One way to compile an object: a policy per decision problem, and extra clang flags."""

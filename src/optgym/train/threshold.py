@@ -304,7 +304,7 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
 
 def summary_figures(rows: Sequence[Any], keys: Sequence[str] = REPORTED) -> dict[str, Any]:
     """``keys`` of the evaluation summary of some modules, with the share of them more than 1 % worse (the
-    size target's regression bar) — what the tuner and ``tools/ship_pretrained.py`` report per language."""
+    size target's regression bar) — what the tuner and ``maintainer/ship_pretrained.py`` report per language."""
     from optgym.train.evaluation import summarize
 
     figures = summarize(rows)
