@@ -36,6 +36,9 @@ POLICY_SETS: dict[str, dict[str, str]] = {
     "random": {"OPTGYM_POLICY": "random", "OPTGYM_EVICT_POLICY": "random", "OPTGYM_PRIORITY_POLICY": "random"},
 }
 #: 14 C and 6 C++ packages of the training list, the quicker ones to build on 2 cores.
+#: A tree's build systems by the files that announce them, in compare-build's order of preference.
+SYSTEM_FILES = {"cmake": ("CMakeLists.txt",), "meson": ("meson.build",),
+                "autotools": ("configure", "configure.ac", "autogen.sh"), "make": ("Makefile", "makefile")}  # fmt: skip
 DEFAULT_PACKAGES = [*C_PACKAGES[:14], *[p for p in CXX_PACKAGES if p not in HEAVY_PACKAGES][:6]]
 
 
@@ -51,6 +54,19 @@ def fetch(package: str, sources: Path, build_deps: bool) -> Path | None:
     subprocess.run(["apt-get", "source", "-q", package], cwd=sources / package, capture_output=True)
     found = [p for p in (sources / package).glob("*") if p.is_dir()]
     return found[0] if found else None
+
+
+def build_both(source: Path, outdir: Path, jobs: int, system: str | None) -> dict:
+    """``compare_build`` with the tests, falling back to the tree's next build system while the plain build fails
+    (Debian's repacked zlib drops a file its CMake build needs; its own configure works)."""
+    present = [s for s, names in SYSTEM_FILES.items() if any((source / n).is_file() for n in names)]
+    report: dict = {}
+    for candidate in [system] if system else present or ["auto"]:
+        opts = CompareOptions(source, outdir, build_system=candidate, jobs=jobs, test=True, allow_fallback=True)
+        report = compare_build(opts)
+        if report["builds"]["plain"]["ok"]:
+            break
+    return report
 
 
 def fallbacks(log: str) -> int:
@@ -71,6 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     out = args.output.absolute()
     results: list[dict] = []
+    systems: dict[str, str] = {}
     for package in args.packages:
         source = fetch(package, out / "sources", args.build_deps)
         if source is None:
@@ -82,14 +99,13 @@ def main() -> None:
             for variable in {"OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY"} - set(POLICY_SETS[name]):
                 os.environ.pop(variable, None)
             start = time.perf_counter()
-            opts = CompareOptions(source, out / "builds" / package / name, jobs=args.jobs, test=True,
-                                  allow_fallback=True)  # fmt: skip
             try:
-                report = compare_build(opts)
+                report = build_both(source, out / "builds" / package / name, args.jobs, systems.get(package))
             except Exception as e:  # the bench's own trouble with a tree: recorded, the others go on
                 results.append({"package": package, "set": name, "status": "error", "detail": str(e)})
                 print(f"{package} [{name}]: error {e}", flush=True)
                 continue
+            systems[package] = report["build_system"]  # the one that built: the next set uses it too
             plain, optgym = report["builds"]["plain"], report["builds"].get("optgym", {})
             tests = report.get("tests", {})
             broken = bool(plain["ok"]) and (not optgym.get("ok") or bool(tests.get("fail_only_in_optgym")))
