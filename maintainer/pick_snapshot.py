@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Score policies (a run's snapshots, say) on a fixed sample of *training* modules — never the held-out ones.
 
-    .venv/bin/python tools/pick_snapshot.py --corpus CORPUS --problem P [--language C] [--step 7]
+    .venv/bin/python -m maintainer.pick_snapshot --corpus CORPUS --problem P [--language C] [--step 7]
         [--with PROBLEM=POLICY]... POLICY...
 
 The sample is every ``step``-th module of the language by name, starting at the fourth: the same modules for

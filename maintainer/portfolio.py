@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
-    .venv/bin/python tools/portfolio.py choose CORPUS -o DIR [--wide] [--combine K] [--default N] [--size 7] [-j 2]
-    .venv/bin/python tools/portfolio.py measure CORPUS [--split test] [--portfolio FILE] [--record] [-j 2]
+    .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--combine K] [--default N] [--size 7] [-j 2]
+    .venv/bin/python -m maintainer.portfolio measure CORPUS [--split test] [--portfolio FILE] [--record] [-j 2]
 
 The shipped portfolio: ``choose corpora/train -o OUT --wide --combine 4 --default 2 --size 10 -j 2``.
 
@@ -11,7 +11,7 @@ which of a few nearby ways compiles a given object smallest is per-object luck a
 compile time (``OPTGYM_CANDIDATES``; :mod:`optgym.policies.portfolio`). ``choose`` writes the portfolio
 that ships, from training modules only:
 
-1. the pool: the shipped scorer pair; the pair with each of ``tools/levers.py``'s pass thresholds (passes
+1. the pool: the shipped scorer pair; the pair with each of ``research/levers.py``'s pass thresholds (passes
    ``-Oz`` runs anyway) and, with ``--wide``, each of :data:`MORE_THRESHOLDS`; eight seeded perturbations of
    the shipped eviction scorer (each weight plus 0.3 · mean |w| · N(0, 1), seed 26) and eight of the
    priority scorer (0.1 · N(0, 1), the bias's ten times that, seed 27), each with the other shipped scorer;
@@ -43,12 +43,9 @@ from optgym.corpus import Corpus
 from optgym.policies import pretrained_path
 from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
-from optgym.policies.portfolio import FORMAT, PRETRAINED_PORTFOLIO, load_portfolio
+from optgym.policies.portfolio import FORMAT, PASS_OPTIONS, PRETRAINED_PORTFOLIO, load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.train.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from levers import THRESHOLDS  # tools/ is not a package: the thresholds tools/levers.py measures
 
 SHIPPED = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
 #: ``--wide``: more options of passes ``-Oz`` runs anyway (thresholds, or one such pass skipped), each checked to
@@ -116,7 +113,7 @@ def perturbed(problem: str, directory: Path) -> list[Path]:
 def pool(directory: Path, wide: bool = False) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
     """Every entry: name → (policies by problem, extra clang flags)."""
     entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {"shipped scorers": (SHIPPED, ())}
-    for name, flags in {**THRESHOLDS, **(MORE_THRESHOLDS if wide else {})}.items():
+    for name, flags in {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {})}.items():
         entries[f"shipped scorers, {name}"] = (SHIPPED, flags)
     for problem in PERTURBATIONS:
         short = problem.removeprefix("regalloc-")
@@ -220,8 +217,8 @@ def choose(args: argparse.Namespace) -> int:
             spec[problem] = policy
         candidates.append({"name": name, "policies": spec, **({"flags": list(flags)} if flags else {})})
     portfolio = {"format": FORMAT, "family": "C", "candidates": candidates, "default_candidates": args.default,
-                 "chosen_on": {"command": " ".join(["tools/portfolio.py", *sys.argv[1:]]), "corpus": str(args.corpus),
-                               "split": "train", "modules": len(ok),
+                 "chosen_on": {"command": " ".join(["python -m maintainer.portfolio", *sys.argv[1:]]),
+                               "corpus": str(args.corpus), "split": "train", "modules": len(ok),
                                "clang_text_bytes": base, "figures": figures,
                                **({"combined": combined} if combined else {})}}  # fmt: skip
     (out / "portfolio-c.json").write_text(json.dumps(portfolio, indent=1) + "\n")

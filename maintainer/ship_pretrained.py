@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Ship a trained policy as optgym's ``pretrained`` one for its problem, with its provenance beside it.
 
-    .venv/bin/python tools/ship_pretrained.py RUN --corpus CORPUS [--problem P] [--train-sample N]
+    .venv/bin/python -m maintainer.ship_pretrained RUN --corpus CORPUS [--problem P] [--train-sample N]
         [--fresh CORPUS] [-j N]
-    .venv/bin/python tools/ship_pretrained.py --unseen CORPUS [--unseen CORPUS]... [-j N]
+    .venv/bin/python -m maintainer.ship_pretrained --unseen CORPUS [--unseen CORPUS]... [-j N]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to

@@ -1,6 +1,6 @@
 """Trainer comparison: PPO, ES and imitation of a search on one compile budget, one held-out split, N seeds.
 
-    nice -n 10 .venv/bin/python bench/compare_trainers.py [--corpus /work/corpora/demo] [--work /tmp/cmp]
+    nice -n 10 .venv/bin/python -m research.compare_trainers [--corpus /work/corpora/demo] [--work /tmp/cmp]
                                                           [--seeds 3] [--passes 3] [--test-package zlib]
 
 Issue 7 asks which trainer to spend compiles on. One run cannot tell a trainer's effect from its

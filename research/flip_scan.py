@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Single-flip scan: which near-threshold decisions of a policy would shrink the module if flipped?
 
-    .venv/bin/python tools/flip_scan.py CORPUS [--split train] [--language C++] [--modules 50]
+    .venv/bin/python -m research.flip_scan CORPUS [--split train] [--language C++] [--modules 50]
         [--policy pretrained] [--lo 1 --hi 80] [--undo] [--where FEATURE<=V|>=V] [--skip N] [-j 2] -o rows.jsonl
 
 Why: a rule like the shipped policy's ("also inline up to K above clang's threshold where …") is only as

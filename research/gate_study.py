@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Can a learned gate tell which near-threshold call sites shrink the module — and do IR2Vec embeddings help?
 
-    .venv/bin/python tools/gate_study.py FLIPS.jsonl… --corpus CORPUS --vocab IR2VEC.json
+    .venv/bin/python -m research.gate_study FLIPS.jsonl… --corpus CORPUS --vocab IR2VEC.json
         [--cache DIR] [--folds 5] [--seeds 3] [-j 2] [--json OUT]
 
 Why: the shipped policy is a rule ("inline up to 40 above clang's threshold where the callee has ≤ 2 users
 and is not available_externally"), and every wider rule tried cost more regressions than it gained. A
 learned gate would admit call sites one by one. Before building one into a policy, this measures whether
-the information is there: the flips of ``tools/flip_scan.py`` (each a real compile, labelled by the size
+the information is there: the flips of ``research/flip_scan.py`` (each a real compile, labelled by the size
 change it caused, ``delta_text``) are the data; a classifier predicts "this flip shrinks the module" from
 
 * ``base`` — the 38 features clang sends (signed ``log1p``, standardized) plus ``cost − threshold``;
 * ``base+ir2vec`` — the same plus the caller's and callee's IR2Vec embeddings (clang-22 sends them when
-  given a vocabulary: ``tools/ir2vec_vocab.py``; the issue asks to try them and keep them if they help).
+  given a vocabulary: ``research/ir2vec_vocab.py``; the issue asks to try them and keep them if they help).
 
 Embeddings are collected by compiling each scanned module once more with the vocabulary and the
 scanned policy (``--policy``, default the shipped one): the IR2Vec analysis only reads the IR, so the
@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from ir2vec_vocab import EMBEDDING_FEATURES, embedding_flags
 
 from optgym.corpus import Corpus
 from optgym.evaluate.stats import mean_ci
@@ -48,6 +47,7 @@ from optgym.problems import get_problem
 from optgym.problems.inline_size import FEATURES
 from optgym.rollout.rollout import DecisionPoint, rollout
 from optgym.toolchain import find_toolchain
+from research.ir2vec_vocab import EMBEDDING_FEATURES, embedding_flags
 
 FEATURE_SETS = ("base", "base+ir2vec")
 
@@ -187,9 +187,9 @@ def mean_ci_text(values: Sequence[float]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("flips", type=Path, nargs="+", help="tools/flip_scan.py outputs")
+    parser.add_argument("flips", type=Path, nargs="+", help="research/flip_scan.py outputs")
     parser.add_argument("--corpus", type=Path, required=True)
-    parser.add_argument("--vocab", type=Path, required=True, help="IR2Vec vocabulary (tools/ir2vec_vocab.py)")
+    parser.add_argument("--vocab", type=Path, required=True, help="IR2Vec vocabulary (research/ir2vec_vocab.py)")
     parser.add_argument("--policy", default="pretrained", help="the policy the flips were scanned around")
     parser.add_argument("--cache", type=Path, default=None, help="embeddings per module (default: beside FLIPS)")
     parser.add_argument("--folds", type=int, default=5)

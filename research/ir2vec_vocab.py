@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Train an IR2Vec seed vocabulary for clang-22's ML inliner, and check that clang takes it.
 
-    .venv/bin/python tools/ir2vec_vocab.py build CORPUS [CORPUS …] -o vocab.json [--dim 75] [-j N]
-    .venv/bin/python tools/ir2vec_vocab.py check vocab.json CORPUS [--module NAME] [--time N]
+    .venv/bin/python -m research.ir2vec_vocab build CORPUS [CORPUS …] -o vocab.json [--dim 75] [-j N]
+    .venv/bin/python -m research.ir2vec_vocab check vocab.json CORPUS [--module NAME] [--time N]
 
 Why: given ``-mllvm -ml-inliner-ir2vec-vocab-file=V -mllvm -ir2vec-vocab-path=V`` (both: the first turns
 the features on, the second is what the IR2Vec analysis reads), clang-22 adds ``callee_embedding`` and

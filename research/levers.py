@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Levers beyond inlining: how much does each of clang's own alternatives to one ``-Oz`` choice move size?
 
-    .venv/bin/python tools/levers.py CORPUS [--split train] [--language C] [--modules 200] [--seed 11] [-j 2]
+    .venv/bin/python -m research.levers CORPUS [--split train] [--language C] [--modules 200] [--seed 11] [-j 2]
 
 Why: the C half of issue 7 (≤ 0.99 of ``-Oz``) is out of reach of per-module inlining decisions (a
 per-module search finds 0.4 %), so the question is whether another decision clang makes at ``-Oz``
@@ -26,6 +26,7 @@ from pathlib import Path
 from optgym.corpus import Corpus
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
+from optgym.policies.portfolio import PASS_OPTIONS
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.toolchain import find_toolchain
@@ -42,27 +43,8 @@ PASSES: dict[str, tuple[str, ...]] = {
     "interprocedural RA": ("-mllvm", "-enable-ipra"),
     "no SLP vectorizer": ("-mllvm", "-slp-threshold=1000000"),
 }
-#: thresholds of passes -Oz runs anyway (name → extra clang flags): unlike switching on a pass clang keeps off,
-#: these change how much a pass of the default pipeline does (or skip one), never add code clang does not run
-THRESHOLDS: dict[str, tuple[str, ...]] = {
-    "no tail duplication": ("-mllvm", "-disable-tail-duplicate", "-mllvm", "-disable-early-taildup"),
-    "no tail duplication in placement": ("-mllvm", "-tail-dup-placement=false"),
-    "tail merge from 2 instructions": ("-mllvm", "-tail-merge-size=2"),
-    "jump tables from 8 cases": ("-mllvm", "-min-jump-table-entries=8"),
-    "jump tables from 3 cases": ("-mllvm", "-min-jump-table-entries=3"),
-    "jump tables at density 10": ("-mllvm", "-optsize-jump-table-density=10"),
-    "jump tables at density 80": ("-mllvm", "-optsize-jump-table-density=80"),
-    "no phi folding": ("-mllvm", "-phi-node-folding-threshold=0", "-mllvm", "-two-entry-phi-node-folding-threshold=0"),
-    "more phi folding": (
-        "-mllvm",
-        "-phi-node-folding-threshold=4",
-        "-mllvm",
-        "-two-entry-phi-node-folding-threshold=8",
-    ),
-    "callee-saved register cost 10": ("-mllvm", "-regalloc-csr-first-time-cost=10"),
-    "no shrink wrapping": ("-mllvm", "-enable-shrink-wrap=false"),
-    "no switch lookup tables": ("-mllvm", "-switch-to-lookup=false"),
-}
+#: thresholds of passes -Oz runs anyway: the pool the C portfolio's candidates are chosen from (the product's)
+THRESHOLDS = PASS_OPTIONS
 #: the passes that shrink C in total without many modules worse, switched on together
 TOGETHER = ("interprocedural RA", "IR outliner", "GVN hoisting")
 #: name → (policy answering the inlining decisions, extra clang flags)
