@@ -26,20 +26,22 @@ comes from ``apt-get source`` (Debian's patched upstream tree) and is configured
                 quietly timing something else.
 (5) guarded     with ``--guard``: (4) plus ``OPTGYM_GUARD=1``, clang's own compile beside every policy
                 compile and the smaller object kept — what never growing an object costs in time.
-(6) guarded below N   with ``--guard-below N``: (4) plus ``OPTGYM_GUARD_BELOW=N``, clang's own compile
-                after the policy's only where that object has under N bytes of text — ``optgym-cc``'s default
-                (2048) for every served compile, so (4) is guarded that way and ``--guard-below 0`` is (4)
-                without it.
-(7) candidates N   with ``--candidates N``: (4) with ``OPTGYM_CANDIDATES=N``, each C object compiled the
-                shipped portfolio's first N ways — what buying bytes with compiles costs. (4) itself pins
-                ``OPTGYM_CANDIDATES=1`` (one compile an object: the host's cost, which the target is about);
-                a default build compiles the portfolio's ``default_candidates``.
+(6) guarded below N   with ``--guard-below N`` (repeatable, one variant each): (4) plus
+                ``OPTGYM_GUARD_BELOW=N``, clang's own compile after the policy's only where that object has
+                under N bytes of text — ``optgym-cc``'s default (2048) for every served compile, so (4) is
+                guarded that way and ``--guard-below 0`` is (4) without it.
+(7) candidates N   with ``--candidates N`` (repeatable): (4) with ``OPTGYM_CANDIDATES=N``, each C object
+                compiled the shipped portfolio's first N ways — what buying bytes with compiles costs. (4)
+                itself pins ``OPTGYM_CANDIDATES=1`` (one compile an object: the host's cost, which the target
+                is about); a default build compiles the portfolio's ``default_candidates``.
+(8) default     with ``--default``: (4) without the pin — ``optgym-cc`` as a user's build gets it.
 
 Each round cleans and rebuilds every variant, the variants' order rotated from round to round so a
 noisy moment hits them alike; the table shows the median wall time of the rounds and the ratio to
-(2) — the target is (4) ≤ 1.05× (2) — and the build's CPU time (every process of the build,
-including the policy server and the compiles it runs, read from ``/proc`` before it is stopped),
-which says more than wall time on a shared machine. Then the linked executables and shared libraries
+(2) — the target is (4) ≤ 1.05× (2) — and to (1), and the build's CPU time (every process of the
+build, including the policy server and the compiles it runs: each build runs under ``optgym
+compare-build``'s reaper, which adopts the server, stops it at the end and reaps it; its own share is
+read before), which says more than wall time on a shared machine. Then the linked executables and shared libraries
 are compared with (1) (``optgym.evaluate.elf_sizes.compare_builds``, field ``code``: the ``.text*`` sections),
 and the project's own test suite runs on every build with ``ctest``: a failure where (1) passes means
 an inlining decision changed behaviour — a compiler bug to report — and is printed loudly and makes
@@ -53,14 +55,11 @@ the exit status 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import resource
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -76,6 +75,7 @@ from host_overhead import build_c_host  # bench/ is not a package: the shared C 
 
 from optgym.corpus.debian import enable_deb_src
 from optgym.errors import OptgymError
+from optgym.evaluate.build_compare import run_step
 from optgym.evaluate.elf_sizes import compare_builds
 from optgym.policies.mlp import is_policy_dir
 from optgym.problems import get_problem
@@ -272,44 +272,6 @@ def fresh_bytecode() -> None:
 # -- building and timing ----------------------------------------------------------------------------
 
 
-def children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def servers_under(runtime: Path) -> list[int]:
-    """Policy servers started by this build (their socket lives under its private runtime directory)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"optgym.serve.server" in cmd and any(part.startswith(f"{runtime}/".encode()) for part in cmd):
-            pids.append(int(proc.name))
-    return pids
-
-
-def server_cpu_and_stop(runtime: Path) -> tuple[float, float]:
-    """``(with compiles, own)``: CPU seconds of this build's policy servers with the compiles they ran
-    (reaped, so in cutime), and of the servers alone — serving's own share of the build; then the
-    servers are stopped, so the next build starts its own as a user's build would."""
-    total, own, tick = 0.0, 0.0, os.sysconf("SC_CLK_TCK")
-    for pid in servers_under(runtime):
-        with contextlib.suppress(OSError, ValueError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / tick  # utime stime cutime cstime
-            own += sum(int(fields[i]) for i in (11, 12)) / tick
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while servers_under(runtime) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return total, own
-
-
 def variant_env(v: Variant, runtime: Path) -> dict[str, str]:
     env = {k: val for k, val in os.environ.items() if not k.startswith("OPTGYM_")}
     env |= {"CC": v.cc, "CXX": v.cxx, **v.env, "XDG_RUNTIME_DIR": str(runtime)}
@@ -321,11 +283,11 @@ def configure(v: Variant, src: Path, build: Path, work: Path) -> None:
     runtime.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(build, ignore_errors=True)
     log = work / "logs" / f"configure-{v.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.unlink(missing_ok=True)
     argv = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=MinSizeRel",
             "-DCMAKE_C_FLAGS_MINSIZEREL=-Oz -DNDEBUG", "-DCMAKE_CXX_FLAGS_MINSIZEREL=-Oz -DNDEBUG"]  # fmt: skip
-    status = run_logged(argv, log, env=variant_env(v, runtime))
-    server_cpu_and_stop(runtime)
+    status = run_step("configure", argv, work, variant_env(v, runtime), log).returncode  # stops its servers
     if status:
         raise BenchError(f"configuring {v.name} failed:\n{tail(log)}")
 
@@ -340,11 +302,11 @@ def timed_build(v: Variant, build: Path, work: Path, jobs: int, label: str) -> t
     log.unlink(missing_ok=True)
     if run_logged(["cmake", "--build", str(build), "--target", "clean"], log, env=env):
         raise BenchError(f"cleaning {v.name} failed:\n{tail(log)}")
-    cpu0, t0 = children_cpu(), time.perf_counter()
-    status = run_logged(["cmake", "--build", str(build), "-j", str(jobs)], log, env=env)
-    wall = time.perf_counter() - t0
-    served_cpu, server_own = server_cpu_and_stop(runtime)
-    cpu = children_cpu() - cpu0 + served_cpu
+    # optgym compare-build's reaper: the policy server (orphaned by the launcher that started it) and every
+    # compile it ran are reaped with the build, so its CPU is the build's; the server is stopped at the end, so
+    # the next build starts its own as a user's build would
+    step = run_step("build", ["cmake", "--build", str(build), "-j", str(jobs)], build, env, log)
+    status, wall, cpu, server_own = step.returncode, step.wall_s, step.cpu_s, step.server_cpu_s
     if status:
         raise BenchError(f"building {v.name} failed:\n{tail(log)}")
     text = log.read_text(errors="replace")
@@ -387,8 +349,8 @@ def report(variants: dict[str, Variant], builds: dict[str, Path], console: Conso
     low = {n: min(v.walls) for n, v in variants.items()}
     cpu = {n: statistics.median(v.cpus) for n, v in variants.items()}
     table = Table(title=title)
-    for col in ("variant", "wall s", "÷ C host", "min wall s", "÷ C host (min)", "CPU s", "÷ C host",
-                "linked .text bytes", "÷ plain", "ctest"):  # fmt: skip
+    for col in ("variant", "wall s", "÷ C host", "÷ plain", "min wall s", "÷ C host (min)", "CPU s", "÷ C host",
+                "÷ plain", "linked .text bytes", "÷ plain", "ctest"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("variant", "ctest") else "right")
     rows = {}
     for n, v in variants.items():
@@ -402,9 +364,11 @@ def report(variants: dict[str, Variant], builds: dict[str, Path], console: Conso
             "cpu_seconds": v.cpus,
             "wall_median": med[n],
             "wall_over_c_host": med[n] / med["c_host"],
+            "wall_over_plain": med[n] / med["plain"],
             "min_wall_over_c_host": low[n] / low["c_host"],
             "cpu_median": cpu[n],
             "cpu_over_c_host": cpu[n] / cpu["c_host"],
+            "cpu_over_plain": cpu[n] / cpu["plain"],
             "server_own_cpu_median": statistics.median(v.server_cpus),
             "code_bytes": code_b,
             "code_over_plain": code_b / code_a if code_a else None,
@@ -412,9 +376,9 @@ def report(variants: dict[str, Variant], builds: dict[str, Path], console: Conso
             "ctest": t,
         }
         r = rows[n]
-        table.add_row(v.label, fmt(med[n], 1), fmt(r["wall_over_c_host"]), fmt(low[n], 1),
-                      fmt(r["min_wall_over_c_host"]), fmt(cpu[n], 1), fmt(r["cpu_over_c_host"]), str(code_b),
-                      fmt(r["code_over_plain"], 4), verdict)  # fmt: skip
+        table.add_row(v.label, fmt(med[n], 1), fmt(r["wall_over_c_host"]), fmt(r["wall_over_plain"]), fmt(low[n], 1),
+                      fmt(r["min_wall_over_c_host"]), fmt(cpu[n], 1), fmt(r["cpu_over_c_host"]),
+                      fmt(r["cpu_over_plain"]), str(code_b), fmt(r["code_over_plain"], 4), verdict)  # fmt: skip
     console.print(table)
     p = rows["policy"]
     ok = "[green]ok[/]" if p["wall_over_c_host"] <= TARGET else "[bold red]above target[/]"
@@ -441,10 +405,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a fifth variant: the policy with OPTGYM_GUARD=1 (clang's own compile beside it)",
     )
-    parser.add_argument("--guard-below", type=int, metavar="N",
-                        help="a variant: the policy, OPTGYM_GUARD_BELOW=N (small objects compiled twice)")  # fmt: skip
-    parser.add_argument("--candidates", type=int, metavar="N",
-                        help="a variant: the policy, OPTGYM_CANDIDATES=N (each C object compiled N ways)")  # fmt: skip
+    parser.add_argument("--guard-below", type=int, metavar="N", action="append", default=[],
+                        help="a variant: the policy, OPTGYM_GUARD_BELOW=N (small objects compiled twice); "
+                             "repeatable")  # fmt: skip
+    parser.add_argument("--candidates", type=int, metavar="N", action="append", default=[],
+                        help="a variant: the policy, OPTGYM_CANDIDATES=N (each C object compiled N ways); "
+                             "repeatable")  # fmt: skip
+    parser.add_argument("--default", action="store_true",
+                        help="a variant: the policy with optgym-cc's defaults (OPTGYM_CANDIDATES and "
+                             "OPTGYM_GUARD_BELOW unset): what a user's build compiles")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, help="timed clean rebuilds per variant (default 3)")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel compiles")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORK, help=f"sources, builds, logs ({DEFAULT_WORK})")
@@ -481,19 +450,22 @@ def main(argv: list[str] | None = None) -> int:
                           str(BIN / "optgym-c++"), {"OPTGYM_POLICY": policy, "OPTGYM_STRICT": "1",
                                                     "OPTGYM_CANDIDATES": "1"}),
     }  # fmt: skip
+    served = variants["policy"]
     if args.guard:
-        served = variants["policy"]
         variants["guarded"] = Variant("guarded", f"(5) optgym-c++, {policy_label}, OPTGYM_GUARD=1", served.cc,
                                       served.cxx, {**served.env, "OPTGYM_GUARD": "1"})  # fmt: skip
-    if args.guard_below is not None:
-        served, below = variants["policy"], str(args.guard_below)
+    for below in map(str, args.guard_below):
         label = f"(6) optgym-c++, {policy_label}, OPTGYM_GUARD_BELOW={below}"
-        variants["guarded_below"] = Variant("guarded_below", label, served.cc, served.cxx,
-                                            {**served.env, "OPTGYM_GUARD_BELOW": below})  # fmt: skip
-    if args.candidates is not None:
-        served, count = variants["policy"], str(args.candidates)
-        variants["candidates"] = Variant("candidates", f"(7) optgym-c++, {policy_label}, OPTGYM_CANDIDATES={count}",
-                                         served.cc, served.cxx, {**served.env, "OPTGYM_CANDIDATES": count})  # fmt: skip
+        variants[f"guarded_below_{below}"] = Variant(f"guarded_below_{below}", label, served.cc, served.cxx,
+                                                     {**served.env, "OPTGYM_GUARD_BELOW": below})  # fmt: skip
+    for count in map(str, args.candidates):
+        label = f"(7) optgym-c++, {policy_label}, OPTGYM_CANDIDATES={count}"
+        variants[f"candidates_{count}"] = Variant(f"candidates_{count}", label, served.cc, served.cxx,
+                                                  {**served.env, "OPTGYM_CANDIDATES": count})  # fmt: skip
+    if args.default:
+        env = {k: v for k, v in served.env.items() if k != "OPTGYM_CANDIDATES"}
+        variants["default"] = Variant("default", f"(8) optgym-c++, {policy_label}, defaults", served.cc, served.cxx,
+                                      env)  # fmt: skip
     names = tuple(variants)
     builds = {n: work / "builds" / args.project / n for n in names}
     try:

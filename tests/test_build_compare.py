@@ -212,6 +212,9 @@ def test_cmake_project_timed_with_the_policy_server(cmake_run):
         assert steps[variant]["build"]["wall_s"] > 0 and steps[variant]["build"]["cpu_s"] > 0
     plain, optgym = steps["plain"]["build"]["cpu_s"], steps["optgym"]["build"]["cpu_s"]
     assert optgym > 0.7 * plain
+    # the server's own share (read before it is stopped): part of the build's, and only the optgym build has one
+    assert [s["server_cpu_s"] for s in steps["plain"].values()] == [0.0, 0.0]
+    assert 0 < steps["optgym"]["build"]["server_cpu_s"] < optgym
     assert report["build_ratio"]["cpu"] == round(optgym / plain, 4)
 
 

@@ -16,7 +16,8 @@ first compile starts (in its own session, outliving the compile that started it)
 build's children alone would leave out every served compile. Each step therefore runs under a small
 *reaper* (:data:`_REAPER`) that makes itself the child subreaper: the server, orphaned when its launcher
 exits, becomes the reaper's child; when the step ends the reaper stops it (``SIGTERM``) and reaps it, so
-its CPU — and that of the clang processes it ran — is counted. The optgym build gets a private
+its CPU — and that of the clang processes it ran — is counted (the server's own, read just before it is
+stopped, is the step's ``server_cpu_s``). The optgym build gets a private
 ``XDG_RUNTIME_DIR`` so that it starts its own server rather than reuse one another build left idling.
 """
 
@@ -84,8 +85,15 @@ except OSError as e:
     print(f"compare-build: cannot run {command[0]}: {e}", file=sys.stderr)
     returncode = 127
 wall = time.monotonic() - start
+server_cpu, tick = 0.0, os.sysconf("SC_CLK_TCK")
 for pid, cmdline in adopted():
     if b"optgym.serve.server" in cmdline:
+        try:  # the server's own utime + stime, without the compiles it ran (those are counted when reaped)
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            server_cpu += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            pass
         os.kill(pid, signal.SIGTERM)
 deadline, lingering = time.monotonic() + linger, []
 while True:
@@ -99,7 +107,7 @@ while True:
     if pid == 0:
         time.sleep(0.02)
 with open(result, "w") as f:
-    json.dump({"returncode": returncode, "wall": wall, "lingering": lingering}, f)
+    json.dump({"returncode": returncode, "wall": wall, "lingering": lingering, "server_cpu": server_cpu}, f)
 """
 
 
@@ -191,6 +199,7 @@ class Step:
     wall_s: float
     cpu_s: float
     lingering: list[int] = field(default_factory=list)
+    server_cpu_s: float = 0.0  # of ``cpu_s``, the policy servers' own (features, decisions), without their compiles
 
 
 def run_step(name: str, command: list[str], cwd: Path, env: dict[str, str], log: Path) -> Step:
@@ -209,8 +218,9 @@ def run_step(name: str, command: list[str], cwd: Path, env: dict[str, str], log:
         outcome = json.loads(result.read_text())
         result.unlink()
     except (OSError, ValueError):
-        outcome = {"returncode": -1, "wall": 0.0, "lingering": []}
-    return Step(name, command, outcome["returncode"], round(outcome["wall"], 3), round(cpu, 3), outcome["lingering"])
+        outcome = {"returncode": -1, "wall": 0.0, "lingering": [], "server_cpu": 0.0}
+    return Step(name, command, outcome["returncode"], round(outcome["wall"], 3), round(cpu, 3), outcome["lingering"],
+                round(outcome["server_cpu"], 3))  # fmt: skip
 
 
 # -- building -------------------------------------------------------------------------------------------
