@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             say(console, f"[bold red]error:[/] {tool} is needed (apt-get install cmake ninja-build)")
             return 1
     try:
-        toolchain = find_toolchain(("inliner",))
+        toolchain = find_toolchain((get_problem("inline-size").hook,))
         src = fetch_project(args.project, work, console)
         policy, policy_label = prepare_policy(args.policy, args.corpus, work, args.jobs, console)
         fresh_bytecode()
