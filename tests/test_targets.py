@@ -93,6 +93,16 @@ def target_corpus(request, toolchain, tmp_path_factory):
     return case, corpus
 
 
+def _project(tmp_path: Path, cmake: str) -> Path:
+    """A source tree of the test program's pieces with ``cmake`` as its CMakeLists.txt."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(cmake)
+    for file, text in PIECES.items():
+        (src / file).write_text(text)
+    return src
+
+
 def test_modules_record_their_target_and_corpus_info_counts_them(target_corpus):
     case, corpus = target_corpus
     triples = {module_triple(m.cc1_args) for m in corpus}
@@ -266,11 +276,7 @@ def test_corpus_build_for_a_target(name, tmp_path):
     case = BY_NAME[name]
     if reason := case.skip_reason():
         pytest.skip(reason)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "CMakeLists.txt").write_text(CMAKE_LIB)
-    for file, text in PIECES.items():
-        (src / file).write_text(text)
+    src = _project(tmp_path, CMAKE_LIB)
     flags = [f"--target-flag={flag}" for flag in case.flags if flag not in ("-isystem", str(PICOLIBC))]
     flags += [f"--target-flag=-isystem {PICOLIBC}"] if "-isystem" in case.flags else []  # one flag with its value
     out = tmp_path / "corpus"
@@ -608,11 +614,7 @@ def test_compare_build_for_aarch64_runs_both_test_suites_under_qemu(tmp_path):
     served for the AArch64 compiles — the allocator's shipped x86-64 policies are not, with optgym's note."""
     if reason := BY_NAME["aarch64"].skip_reason():
         pytest.skip(reason)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "CMakeLists.txt").write_text(CROSS_PROJECT)
-    for file, text in PIECES.items():
-        (src / file).write_text(text)
+    src = _project(tmp_path, CROSS_PROJECT)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "optgym.cli", "compare-build", str(src), "-o", str(out), "--jobs", "2",
                "--target", "aarch64-linux-gnu", "--test", "--configure-arg=-DCMAKE_SYSTEM_NAME=Linux",
