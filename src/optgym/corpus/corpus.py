@@ -85,7 +85,7 @@ class Module:
         relative ones (``CMakeFiles/x.dir/a.c.o``); its module identifier is that path, and a compile given
         another path for it silently compiles nothing. So it runs in the directory the capture rebuilt around
         it (:func:`optgym.corpus.thinlto.corpus_from_capture`), with that path."""
-        path = self.command.with_name(self.command.name.removesuffix(".cmd") + SITE_SUFFIX)
+        path = self._site_file
         try:
             workdir, source, language = path.read_text().splitlines()[:3]
         except FileNotFoundError:
@@ -97,8 +97,12 @@ class Module:
     def files(self) -> list[tuple[str, Path]]:
         """The module's files by suffix — ``.bc``, ``.cmd``, and a captured backend's ``.site``: what a merge
         links into another corpus."""
-        site = self.command.with_name(self.command.name.removesuffix(".cmd") + SITE_SUFFIX)
+        site = self._site_file
         return [(".bc", self.bitcode), (".cmd", self.command), *([(SITE_SUFFIX, site)] if site.exists() else [])]
+
+    @property
+    def _site_file(self) -> Path:
+        return self.command.with_name(self.command.name.removesuffix(".cmd") + SITE_SUFFIX)
 
     @property
     def workdir(self) -> Path | None:

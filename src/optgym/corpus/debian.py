@@ -388,7 +388,6 @@ def _build_package(task: PackageTask) -> PackageResult:
             if task.thinlto:
                 from optgym.corpus.thinlto import corpus_from_build
 
-                built = None
                 start_build = time.perf_counter()
                 result.modules = corpus_from_build(trees[0], done, opt=task.opt, workers=task.workers,
                                                    configure_args=configure_args, logs=logs)  # fmt: skip
