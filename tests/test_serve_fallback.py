@@ -134,3 +134,26 @@ def test_the_crash_test_really_crashes_clang(tmp_path):
     threading.Timer(0.2, lambda: proc.poll() is None and proc.send_signal(11)).start()
     proc.communicate(timeout=60)
     assert proc.returncode != 0
+
+
+def test_a_compile_past_optgym_timeout_is_killed_and_falls_back(tmp_path):
+    """A compile that runs past ``OPTGYM_TIMEOUT`` seconds of compiler time (as ``random`` inlining kept clang busy
+    on sqlite3.c for 19 minutes) is killed, nothing of it is left, and the build compiles plainly."""
+    source = tmp_path / "many.c"  # ~1 s of clang at -Oz, well past the bound below
+    source.write_text("".join(f"int f{i}(int x) {{ return x * {i} + (x > {i} ? f{i - 1}(x - 1) : 1); }}\n"
+                              if i else "int f0(int x) { return x; }\n" for i in range(3000)))  # fmt: skip
+    server = Server("never", "inline-size")
+    diagnostics = tmp_path / "stderr"
+    with open(diagnostics, "wb") as build_stderr:
+        argv = [CLANG, "-Oz", "-c", str(source), "-o", str(tmp_path / "x.o")]
+        reply = _serve_one(server, argv, tmp_path, _env(tmp_path, OPTGYM_TIMEOUT="0.2"), build_stderr.fileno())
+    assert reply["fallback"] is True and "timeout" in reply["warning"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.c", "stderr"]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon"])
+def test_a_bad_optgym_timeout_is_a_clear_error_and_a_plain_compile(tmp_path, value):
+    server = Server("never", "inline-size")
+    argv = [CLANG, "-Oz", "-c", str(HASHTAB), "-o", str(tmp_path / "x.o")]
+    reply = _serve_one(server, argv, tmp_path, _env(tmp_path, OPTGYM_TIMEOUT=value), 2)
+    assert reply == {"fallback": True, "warning": f"OPTGYM_TIMEOUT={value!r} is not a positive number of seconds"}

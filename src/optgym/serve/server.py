@@ -76,7 +76,11 @@ from optgym.toolchain.llvm import Hook, find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 
 MAX_REQUEST = 1 << 20
-DEFAULT_TIMEOUT = 3600.0
+#: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
+#: (``OPTGYM_TIMEOUT``). A policy can drive clang where its heuristic never goes: ``random`` inlining made
+#: sqlite3's amalgamation, a minute's compile for clang, run for over 19 minutes. Ten minutes is well past any
+#: translation unit of the benches served with a trained policy, and caps what such a compile wastes.
+DEFAULT_TIMEOUT = 600.0
 #: How a served compile may end that is the policy's doing, not the source's: the build gets clang's own
 #: compile instead. A crash counts (clang has no business crashing on a valid answer, but a policy drives it
 #: where its own heuristic never goes); a compile error does not — the source has one, and a plain compile would
@@ -182,6 +186,21 @@ def candidate_count(env: dict[str, str]) -> int | None:
     return int(value)
 
 
+def compile_timeout(env: dict[str, str], default: float = DEFAULT_TIMEOUT) -> float:
+    """The bound on a served compile's compiler time: ``OPTGYM_TIMEOUT`` seconds, else ``default``. A value that
+    is not a positive number is an error the build is told about (and the compile is clang's own)."""
+    value = env.get("OPTGYM_TIMEOUT", "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"OPTGYM_TIMEOUT={value!r} is not a positive number of seconds")
+    return seconds
+
+
 def channels() -> list[tuple[str, str, str]]:
     """The decisions ``optgym-cc`` serves, from the problem registry: ``(problem, the environment variable naming
     its policy, the shipped policy's file)`` of every problem that declares a ``serve_variable``, in registration
@@ -280,7 +299,10 @@ class Server:
             argv, cwd, env = request["argv"], request["cwd"], request["env"]
         except (ValueError, TypeError, EOFError, KeyError):
             return _plain(fds, "malformed request from the launcher")
-        timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
+        try:
+            timeout = compile_timeout(env, float(request.get("timeout", DEFAULT_TIMEOUT)))
+        except ValueError as e:
+            return _plain(fds, str(e))
         backend = bool(request.get("thinlto"))  # a ThinLTO backend of a link: no portfolio, guarded only on request
         language = driver_language(argv)
         served = self.deciding(language)

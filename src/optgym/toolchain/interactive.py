@@ -317,6 +317,10 @@ class InteractiveCompile:
             if event is not None:
                 return event
             ready = self._wait()
+            if self._budget <= 0 and proc.poll() is None:  # out of time, whether or not data keeps coming
+                opened = any(c.header is not None for c in self._channels)
+                self._timed_out("the compiler is still running" if opened else "the compiler never sent a header")
+                return None
             if any([self._read(self._by_fd[fd], revents) for fd, revents in ready if fd in self._by_fd]):
                 continue
             exited = proc.poll() is not None
@@ -324,10 +328,6 @@ class InteractiveCompile:
                 continue
             if exited or all(c.closed for c in self._channels):
                 self._eof()
-                return None
-            if self._budget <= 0:
-                opened = any(c.header is not None for c in self._channels)
-                self._timed_out("the compiler stopped answering" if opened else "the compiler never sent a header")
                 return None
 
     def _read(self, index: int, revents: int = 0) -> bool:
