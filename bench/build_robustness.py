@@ -1,18 +1,28 @@
 """Robustness at scale: real Debian packages built by optgym-cc must never break, whatever the policy.
 
-For each package (default: the first 20 of the training list's C and C++ packages that are not heavy), the
+For each package (default: :data:`DEFAULT_PACKAGES`, 25 of the training list's quicker C and C++ packages), the
 Debian source is fetched once (``apt-get source``; build dependencies with ``--build-deps``) and
 ``optgym compare-build SRC --test`` builds it twice per policy set — plain clang-22, then optgym-cc — and runs
 its test suite on both builds:
 
-* ``shipped`` — every shipped policy, as ``optgym-cc`` builds by default;
+* ``shipped`` — every shipped policy, pinned rather than left to optgym-cc's defaults (which may change):
+  ``OPTGYM_POLICY``, ``OPTGYM_EVICT_POLICY`` and ``OPTGYM_PRIORITY_POLICY`` ``=pretrained`` and
+  ``OPTGYM_CANDIDATES=2`` (a C compile is the shipped portfolio's two ways, its pass options' compile and
+  clang's own, the smaller object kept: the portfolio's scorers are exercised too);
 * ``random`` — ``random`` for every problem (inlining, eviction, priority): answers no trained policy would
-  give, the worst case for the channel and for clang.
+  give, the worst case for the channel and for clang; with ``OPTGYM_TIMEOUT=300`` (random inlining keeps clang
+  on sqlite3's amalgamation for over 19 minutes: killed after 300 s of compiler time, that compile is clang's
+  own).
+
+A set's variables are exactly what it defines: every variable any set defines is removed from the environment
+before a set's own are applied, so nothing of one set (or of the caller's environment) leaks into the next.
 
 optgym-cc may fall back to clang's own compile (one warning line; that is its contract, not a failure), so
-the builds run without ``OPTGYM_STRICT``; the fallbacks are counted from the build logs. A **broken build** is
-an optgym build that fails where the plain one built, or a test that fails only in the optgym build. Target: 0.
-Packages whose plain build or fetch fails are reported and skipped (they say nothing about optgym).
+the builds run without ``OPTGYM_STRICT``; the fallbacks are counted from the build's and the test suite's logs
+(a ``make check`` compiles its test programs with optgym-cc too). A **broken build** is an optgym build that
+fails where the plain one built, or a test that fails only in the optgym build. Target: 0.
+Packages whose fetch or plain build fails, or whose build links nothing (zlib's Makefile without its
+``configure``: a no-op that "succeeds"), are reported and skipped (they say nothing about optgym).
 
     .venv/bin/python bench/build_robustness.py [PKG ...] [--sets shipped,random] [--build-deps] [-o DIR] [-j 2]
 
@@ -28,18 +38,30 @@ import subprocess
 import time
 from pathlib import Path
 
-from optgym.corpus.debian import C_PACKAGES, CXX_PACKAGES, HEAVY_PACKAGES
 from optgym.evaluate.build_compare import CompareOptions, compare_build
 
 POLICY_SETS: dict[str, dict[str, str]] = {
-    "shipped": {},
-    "random": {"OPTGYM_POLICY": "random", "OPTGYM_EVICT_POLICY": "random", "OPTGYM_PRIORITY_POLICY": "random"},
-}
-#: 14 C and 6 C++ packages of the training list, the quicker ones to build on 2 cores.
+    "shipped": {"OPTGYM_POLICY": "pretrained", "OPTGYM_EVICT_POLICY": "pretrained",
+                "OPTGYM_PRIORITY_POLICY": "pretrained", "OPTGYM_CANDIDATES": "2"},
+    "random": {"OPTGYM_POLICY": "random", "OPTGYM_EVICT_POLICY": "random", "OPTGYM_PRIORITY_POLICY": "random",
+               "OPTGYM_TIMEOUT": "300"},
+}  # fmt: skip
+#: Every variable a set defines: removed before each set's own are applied.
+SET_VARIABLES = sorted({variable for variables in POLICY_SETS.values() for variable in variables})
 #: A tree's build systems by the files that announce them, in compare-build's order of preference.
 SYSTEM_FILES = {"cmake": ("CMakeLists.txt",), "meson": ("meson.build",),
                 "autotools": ("configure", "configure.ac", "autogen.sh"), "make": ("Makefile", "makefile")}  # fmt: skip
-DEFAULT_PACKAGES = [*C_PACKAGES[:14], *[p for p in CXX_PACKAGES if p not in HEAVY_PACKAGES][:6]]
+#: 15 C and 10 C++ packages of the training list (none of its heavy ones) that plain clang-22 builds here, the
+#: cheaper first and sqlite3 last (``random`` inlining on its amalgamation runs into ``OPTGYM_TIMEOUT``). Left
+#: out: zstd, giflib, tinyxml, json-c, hiredis, lua5.4, jsonnet (their plain clang-22 build fails or, lua5.4's,
+#: links nothing), zlib (Debian's CMake build misses a file, its ``configure`` rejects ``CC=``, its Makefile
+#: alone builds nothing), libcbor, marisa, libmatroska (``apt-get source`` fails), flac (its suite runs 8
+#: minutes per build), libwebp and box2d (no test suite runs; 20 built plainly without them).
+DEFAULT_PACKAGES = [
+    "bzip2", "uchardet", "libvorbis", "libogg", "gflags", "libebml", "cmark", "libdeflate", "tinyobjloader",
+    "woff2", "libtommath", "googletest", "speex", "graphite2", "ninja-build", "libconfig", "c-ares", "lzo2",
+    "libuv1", "lame", "hunspell", "opus", "xz-utils", "libsodium", "sqlite3",
+]  # fmt: skip
 
 
 def fetch(package: str, sources: Path, build_deps: bool) -> Path | None:
@@ -49,32 +71,46 @@ def fetch(package: str, sources: Path, build_deps: bool) -> Path | None:
         return found[0]
     (sources / package).mkdir(parents=True, exist_ok=True)
     if build_deps:
-        subprocess.run(["apt-get", "build-dep", "-y", "-q", package], capture_output=True,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
+        # waiting for dpkg's lock (another apt on a shared machine) rather than failing, and the build with it
+        subprocess.run(["apt-get", "build-dep", "-y", "-q", "-o", "DPkg::Lock::Timeout=900", package],
+                       capture_output=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
     subprocess.run(["apt-get", "source", "-q", package], cwd=sources / package, capture_output=True)
     found = [p for p in (sources / package).glob("*") if p.is_dir()]
     return found[0] if found else None
 
 
+def linked_nothing(report: dict) -> bool:
+    """Both builds "succeeded" without linking or archiving anything: nothing was built (zlib's Makefile without
+    its ``configure`` only prints "Please use ./configure first")."""
+    return not report.get("outputs") and not report.get("archives")
+
+
 def build_both(source: Path, outdir: Path, jobs: int, system: str | None) -> dict:
     """``compare_build`` with the tests, falling back to the tree's next build system while the plain build fails
-    (Debian's repacked zlib drops a file its CMake build needs; its own configure works)."""
+    or builds nothing (Debian's repacked zlib drops a file its CMake build needs)."""
     present = [s for s, names in SYSTEM_FILES.items() if any((source / n).is_file() for n in names)]
     report: dict = {}
     for candidate in [system] if system else present or ["auto"]:
         opts = CompareOptions(source, outdir, build_system=candidate, jobs=jobs, test=True, allow_fallback=True)
         report = compare_build(opts)
-        if report["builds"]["plain"]["ok"]:
+        plain, optgym = report["builds"]["plain"], report["builds"].get("optgym", {})
+        if plain["ok"] and (not optgym.get("ok") or not linked_nothing(report)):
             break
     return report
 
 
-def fallbacks(log: str) -> int:
-    """How many compiles of a build fell back to clang's own (optgym-cc's warning lines)."""
-    try:
-        return Path(log).read_text(errors="replace").count("compiled without optgym")
-    except OSError:
-        return 0
+def optgym_lines(*logs: str) -> tuple[int, int]:
+    """optgym-cc's warning lines in the optgym build's logs: (compiles that fell back to clang's own, others)."""
+    fell_back = others = 0
+    for log in logs:
+        try:
+            text = Path(log).read_text(errors="replace")
+        except OSError:
+            continue
+        warnings = [line for line in text.splitlines() if line.startswith("optgym-cc: warning:")]
+        fell_back += sum("compiled without optgym" in line for line in warnings)
+        others += sum("compiled without optgym" not in line for line in warnings)
+    return fell_back, others
 
 
 def main() -> None:
@@ -95,9 +131,11 @@ def main() -> None:
             print(f"{package}: source not fetched", flush=True)
             continue
         for name in args.sets.split(","):
-            os.environ.update(POLICY_SETS[name])
-            for variable in {"OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY"} - set(POLICY_SETS[name]):
+            if results and results[-1].get("package") == package and results[-1]["status"].startswith("skipped"):
+                continue  # the plain build is the same for every set: not built again
+            for variable in SET_VARIABLES:
                 os.environ.pop(variable, None)
+            os.environ.update(POLICY_SETS[name])
             start = time.perf_counter()
             try:
                 report = build_both(source, out / "builds" / package / name, args.jobs, systems.get(package))
@@ -109,25 +147,35 @@ def main() -> None:
             plain, optgym = report["builds"]["plain"], report["builds"].get("optgym", {})
             tests = report.get("tests", {})
             broken = bool(plain["ok"]) and (not optgym.get("ok") or bool(tests.get("fail_only_in_optgym")))
+            if not plain["ok"]:
+                status = "skipped_plain_failed"
+            elif broken:
+                status = "broken"
+            else:
+                status = "skipped_built_nothing" if linked_nothing(report) else "ok"
+            fell_back, warnings = optgym_lines(optgym.get("log", ""), tests.get("optgym", {}).get("log", ""))
             row = {
-                "package": package, "set": name, "source": source.name,
-                "status": "skipped_plain_failed" if not plain["ok"] else ("broken" if broken else "ok"),
-                "fallbacks": fallbacks(optgym.get("log", "")),
+                "package": package, "set": name, "source": source.name, "build_system": report["build_system"],
+                "status": status, "fallbacks": fell_back, "other_warnings": warnings,
                 "tests": {v: tests.get(v, {}).get("status") for v in ("plain", "optgym")},
+                "tests_failed": {v: tests.get(v, {}).get("failed") for v in ("plain", "optgym")},
                 "fail_only_in_optgym": tests.get("fail_only_in_optgym", []),
                 "text_ratio": (report.get("totals") or {}).get("ratio", {}).get("text"),
+                "archive_text_ratio": (report.get("archive_totals") or {}).get("ratio", {}).get("text"),
                 "build_ratio": report.get("build_ratio"), "seconds": round(time.perf_counter() - start, 1),
+                "optgym_environment": report.get("optgym_environment"),
             }  # fmt: skip
             results.append(row)
             print(f"{package} [{name}]: {row['status']}, tests {row['tests']}, fallbacks {row['fallbacks']}, "
-                  f"linked text ×{row['text_ratio']}", flush=True)  # fmt: skip
+                  f"linked text ×{row['text_ratio']}, {row['seconds']} s", flush=True)  # fmt: skip
             (out / "robustness.json").write_text(json.dumps(results, indent=2))
     measured = [r for r in results if r.get("status") in ("ok", "broken")]
     broken = [r for r in measured if r["status"] == "broken"]
     packages = sorted({r["package"] for r in measured})
     names = ", ".join(f"{r['package']} [{r['set']}]" for r in broken) or "none"
     print(f"{len(packages)} packages built plainly; {len(measured)} optgym builds; {len(broken)} broken ({names}); "
-          f"{sum(r['fallbacks'] for r in measured)} compiles fell back")  # fmt: skip
+          f"{sum(r['fallbacks'] for r in measured)} compiles fell back; "
+          f"{len({r['package'] for r in results} - set(packages))} packages skipped")  # fmt: skip
 
 
 if __name__ == "__main__":
