@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from maintainer import portfolio as portfolio_tool
 from optgym.cli import app
-from optgym.policies import PRETRAINED_DIR
-from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, PortfolioError, load_portfolio
+from optgym.policies import DEFAULT_GUARD_BELOW, PRETRAINED_DIR
+from optgym.policies.portfolio import BUILTIN_SPECS, PRETRAINED_PORTFOLIO, Candidate, PortfolioError, load_portfolio
 from optgym.toolchain import object_sizes
 from optgym.train.evaluation import evaluate, evaluate_portfolio
 
@@ -72,14 +72,18 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
     portfolio = load_portfolio()
     assert portfolio.family == "C" and len(portfolio.candidates) >= 7
     first = portfolio.candidates[0]
-    assert first.policies == (("regalloc-evict", "pretrained"), ("regalloc-priority", "pretrained"))
+    # the default build's compile opens no channel (each costs a compile up to 1.4x): pass options alone
+    assert first.policies == (("regalloc-evict", "heuristic"), ("regalloc-priority", "heuristic"))
     assert first.flags and first.flags[::2] == ("-mllvm",) * (len(first.flags) // 2)  # options of -Oz's passes
-    assert 1 <= portfolio.default_count <= len(portfolio.candidates)
-    assert [c.name for c in portfolio.candidates if c.is_clang] == ["clang"] == [portfolio.candidates[1].name]
+    assert portfolio.default_count == 1
+    second = portfolio.candidates[1]  # the first more compile buys: the shipped scorers with the same options
+    assert second.policies == (("regalloc-evict", "pretrained"), ("regalloc-priority", "pretrained"))
+    assert second.flags == first.flags
+    assert [c.name for c in portfolio.candidates if c.is_clang] == ["clang"] == [portfolio.candidates[2].name]
     assert portfolio.first(2) == portfolio.candidates[:2] and portfolio.first(99) == portfolio.candidates
     with pytest.raises(PortfolioError, match="at least one"):
         portfolio.first(0)
-    shipped = {Path(spec) for c in portfolio.candidates for _, spec in c.policies if spec != "pretrained"}
+    shipped = {Path(spec) for c in portfolio.candidates for _, spec in c.policies if spec not in BUILTIN_SPECS}
     assert shipped and all(p.is_file() and p.parent.parent == PRETRAINED_DIR for p in shipped)
 
 
@@ -126,13 +130,13 @@ def test_a_candidate_clashes_with_a_build_that_sets_the_same_llvm_option():
 def test_evaluate_keeps_each_modules_smallest_candidate(port_corpus, tmp_path):
     """Every candidate evaluated on its own, then the portfolio: each row is the smallest of the first N
     candidates' objects (clang's among them from N = 2), named in ``detail``; N = 1 is the default build's
-    compile, the shipped scorers with the first candidate's option."""
+    compile, the first candidate's pass options alone."""
     portfolio, names = load_portfolio(), ["port"]
     alone = {}
     for candidate in portfolio.candidates:
         if candidate.is_clang:
             continue
-        (problem, spec), *companions = candidate.policies
+        (problem, spec), *companions = candidate.channel_policies([]) or [("inline-size", "heuristic")]
         (row,) = evaluate(spec, port_corpus, problem=problem, modules=names, workers=1, progress=False,
                           companions=companions, flags=candidate.flags)  # fmt: skip
         assert row.ok, row.detail
@@ -163,7 +167,7 @@ def test_evaluate_keeps_each_modules_smallest_candidate(port_corpus, tmp_path):
     assert json.loads((tmp_path / "same" / "report.json").read_text())["policy_text_bytes"] == min(alone.values())
     other = str(PRETRAINED_DIR / "regalloc-evict.onnx")
     mixed = CliRunner().invoke(app, [*base, "--with", f"regalloc-evict={other}", "-o", str(tmp_path / "mixed")])
-    assert mixed.exit_code == 1 and "without another policy for regalloc-evict" in mixed.output
+    assert mixed.exit_code == 1 and "with the shipped policy (pretrained) for regalloc-evict" in mixed.output
 
 
 def run_cc(args, cwd, **env):
@@ -175,17 +179,26 @@ def run_cc(args, cwd, **env):
 
 
 def test_optgym_cc_compiles_the_portfolios_candidates_and_keeps_the_smallest(port_corpus, tmp_path):
-    """The default build (no OPTGYM_CANDIDATES) compiles C with the portfolio's first candidate, the guard
-    under 2 kB after it: the object is the first candidate's or clang's, whichever is smaller, as evaluate
-    says. With ``OPTGYM_CANDIDATES=7`` the object is exactly the smallest of the seven, and nothing is left
-    beside it; a build that sets the first candidate's option itself keeps its own (no option given twice)."""
+    """The default build (no OPTGYM_CANDIDATES) compiles C with the portfolio's first candidate alone: clang
+    with its pass options, no channel, byte for byte (and, under the default guard's bound, clang's own object
+    where that is smaller), as evaluate says. With ``OPTGYM_CANDIDATES=7`` the object is exactly the smallest
+    of the seven, and nothing is left beside it; a build that sets the first candidate's option itself keeps
+    its own (no option given twice)."""
     portfolio = load_portfolio()
     (tmp_path / "port.c").write_text(PORTFOLIO_SOURCE)
     rows = {count: evaluate_portfolio(port_corpus, portfolio, count, ["port"], workers=1, progress=False)[0]
             for count in (1, 2, 7)}  # fmt: skip
     default = run_cc([CC, "-Oz", "-c", "port.c", "-o", "default.o"], tmp_path, OPTGYM_STRICT="1")
     assert default.returncode == 0, default.stderr
-    assert object_sizes(tmp_path / "default.o").text_bytes == rows[2].policy_text  # 2 kB guard = clang's compile
+    clang_text, first_text = rows[1].texts
+    guarded = DEFAULT_GUARD_BELOW is not None and first_text < DEFAULT_GUARD_BELOW
+    assert object_sizes(tmp_path / "default.o").text_bytes == (min(first_text, clang_text) if guarded else first_text)
+    options = [CLANG, "-Oz", *portfolio.candidates[0].flags, "-c", "port.c", "-o", "options.o"]
+    subprocess.run(options, cwd=tmp_path, check=True)
+    alone = run_cc([CC, "-Oz", "-c", "port.c", "-o", "alone.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_GUARD_BELOW="0")
+    assert alone.returncode == 0, alone.stderr
+    assert (tmp_path / "alone.o").read_bytes() == (tmp_path / "options.o").read_bytes()
+    (tmp_path / "options.o").unlink(), (tmp_path / "alone.o").unlink()
     seven = run_cc([CC, "-Oz", "-c", "port.c", "-o", "seven.o"], tmp_path, OPTGYM_STRICT="1", OPTGYM_CANDIDATES="7")
     assert seven.returncode == 0, seven.stderr
     assert object_sizes(tmp_path / "seven.o").text_bytes == rows[7].policy_text
@@ -288,7 +301,7 @@ def test_maintainer_portfolio_measure_records_every_prefix_in_the_portfolio_file
     mine = tmp_path / "portfolio-c.json"
     data = json.loads(PRETRAINED_PORTFOLIO.read_text())
     for candidate in data["candidates"]:  # the copy names the shipped scorer files by absolute path
-        candidate["policies"] = {p: s if s == "pretrained" else str(PRETRAINED_DIR / s)
+        candidate["policies"] = {p: s if s in BUILTIN_SPECS else str(PRETRAINED_DIR / s)
                                  for p, s in candidate.get("policies", {}).items()}  # fmt: skip
     data.pop("measured", None)
     write(mine, data)

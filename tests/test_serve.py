@@ -12,6 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
+from optgym.policies import SUGGESTED_GUARD_BELOW
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems.inputs import CXX_INPUT, RESIDUAL_EXTRAS
 from optgym.problems.normalize import Vocab
@@ -314,25 +315,22 @@ def test_guard_below_compiles_clangs_object_only_for_a_small_one(tmp_path):
     assert left == ["above.o", "at.o", "bad.o", "lib.c", "never.o", "off.o", "plain.o"]
 
 
-def test_by_default_a_small_object_is_guarded(tmp_path, monkeypatch):
-    """Without ``OPTGYM_GUARD_BELOW`` every served compile is guarded under 2 kB of text: never-inline's lib.c
-    and lib.cpp both come out as clang's own objects, byte for byte (C with the shipped allocator scorers
-    served beside it, C++ with the inliner's channel alone); with the bound at 0 the C++ object is never-inline's,
-    larger one — so the default, not the policy, made it clang's."""
+def test_by_default_no_object_is_compiled_twice_and_the_suggested_bound_guards(tmp_path, monkeypatch):
+    """Without ``OPTGYM_GUARD_BELOW`` a served compile is one compile: never-inline's lib.cpp keeps never-inline's
+    larger object. A build that asks for the suggested bound (2 kB) gets clang's own object for it, byte for byte
+    — so the bound, not the policy, made it clang's."""
     monkeypatch.delenv("OPTGYM_GUARD_BELOW")
-    monkeypatch.delenv("OPTGYM_EVICT_POLICY", raising=False)
     source = LIB_C + "int main(void) { return apply(twice, 3); }\n"
-    (tmp_path / "lib.c").write_text(source)
     (tmp_path / "lib.cpp").write_text(source)
-    for driver, src, name in ((CC, "lib.c", "c"), (CXX, "lib.cpp", "cxx")):
-        clang = "/usr/lib/llvm-22/bin/clang" + ("++" if driver == CXX else "")
-        assert run([clang, "-Oz", "-c", src, "-o", f"plain-{name}.o"], tmp_path).returncode == 0
-        served = run([driver, "-Oz", "-c", src, "-o", f"{name}.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_STRICT="1")
-        assert served.returncode == 0, served.stderr
-        assert (tmp_path / f"{name}.o").read_bytes() == (tmp_path / f"plain-{name}.o").read_bytes(), name
-    off = run([CXX, "-Oz", "-c", "lib.cpp", "-o", "off.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_GUARD_BELOW="0")
-    assert off.returncode == 0, off.stderr
-    assert object_sizes(tmp_path / "off.o").text_bytes > object_sizes(tmp_path / "plain-cxx.o").text_bytes
+    clang = "/usr/lib/llvm-22/bin/clang++"
+    assert run([clang, "-Oz", "-c", "lib.cpp", "-o", "plain.o"], tmp_path).returncode == 0
+    default = run([CXX, "-Oz", "-c", "lib.cpp", "-o", "default.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_STRICT="1")
+    assert default.returncode == 0, default.stderr
+    assert object_sizes(tmp_path / "default.o").text_bytes > object_sizes(tmp_path / "plain.o").text_bytes
+    asked = run([CXX, "-Oz", "-c", "lib.cpp", "-o", "asked.o"], tmp_path, OPTGYM_POLICY="never", OPTGYM_STRICT="1",
+                OPTGYM_GUARD_BELOW=str(SUGGESTED_GUARD_BELOW))  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    assert (tmp_path / "asked.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
 
 
 def test_guard_compiles_clangs_object_only_where_the_policy_departs_from_it(tmp_path):

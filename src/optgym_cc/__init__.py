@@ -26,10 +26,11 @@ default ``pretrained``, the policy shipped in the package, or ``heuristic`` wher
 ``OPTGYM_SERVE_OPT`` (the ``-O`` levels served, default ``z,s``), ``OPTGYM_STRICT``, ``OPTGYM_GUARD=1``
 (clang's own compile runs beside the policy's and the smaller object is kept: no object larger than
 clang's, for a second compile's CPU), ``OPTGYM_GUARD_BELOW=N`` (the same only for objects under N bytes of
-text, compiled again after the policy's; default 2048 for every served compile, ``0`` for none),
+text, compiled again after the policy's; none by default, 2048 suggested),
 ``OPTGYM_CANDIDATES=N`` (C compiled with the shipped policies: the shipped portfolio's first ``N`` ways, the
-smallest object kept; default: the portfolio's ``default_candidates`` — two for the shipped one, its pass
-options' compile and clang's own; ``1``: the first alone; ``0``: the policies alone),
+smallest object kept; default: the portfolio's ``default_candidates`` — one for the shipped one, its pass
+options alone; ``3``: those, the shipped allocator scorers with them, and clang's own; ``0``: the policies
+alone), ``OPTGYM_TIMEOUT`` (seconds of compiler time a served compile may take, default 600),
 ``OPTGYM_PORTFOLIO`` (another portfolio file),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
 ``OPTGYM_LTO_POLICY`` (the policy of a ThinLTO link's backends, :mod:`optgym_cc.thinlto`; default ``pretrained``,

@@ -42,14 +42,20 @@ def pretrained_names() -> dict[str, str]:
 
 #: :func:`pretrained_names` of optgym's own problems (the registry at import; the functions here read it live).
 PRETRAINED_NAMES = pretrained_names()
-#: The guard's bound without ``OPTGYM_GUARD_BELOW`` (:mod:`optgym.serve.guard`), for every served compile. Chosen on
-#: training modules: first for C compiles with the allocator's scorers (they depart from clang in every compile and
-#: cannot hand a single decision back): 25 of 404 C modules > 1 % larger, 19 of them under 2 kB of text — a size 229 of
-#: the 404 have, with 9 % of the bytes and 6 % of the bytes saved. Then for C++ (the inliner alone): 3 of the shipped
-#: rule's 5 regressions on 408 C++ training modules are under 2 kB (357, 379, 1 326 B), and the guard leaves 2 at 0.9251
-#: of clang's size against 0.9252. Only a compile where the policy departed from clang pays: the reference runs after
-#: it, for an object under the bound.
-DEFAULT_GUARD_BELOW = 2048
+#: The guard's bound without ``OPTGYM_GUARD_BELOW`` (:mod:`optgym.serve.guard`): none. A default build compiles every
+#: object once. The guard at 2 kB (:data:`SUGGESTED_GUARD_BELOW`) compiled a second time the objects where a size
+#: policy's losses concentrate, but most objects of a C or C++ build are that small: it cost a default build 0.1-0.15x
+#: of plain clang's CPU (graphite2 1.12x -> 1.28x, 1 kB 1.26x; cmark 1.16x -> 1.24-1.29x) for 0.01-0.1 % of size
+#: (docs/experiments/2026-11-25-default-build-cost.md), past the 1.25x a drop-in compiler may cost by default.
+DEFAULT_GUARD_BELOW: int | None = None
+#: The bound a build that wants the guard is pointed to (``OPTGYM_GUARD_BELOW=2048``) and ``optgym evaluate`` reports.
+#: Chosen on training modules: first for C compiles with the allocator's scorers (they depart from clang in every
+#: compile and cannot hand a single decision back): 25 of 404 C modules > 1 % larger, 19 of them under 2 kB of text —
+#: a size 229 of the 404 have, with 9 % of the bytes and 6 % of the bytes saved. Then for C++ (the inliner alone): 3
+#: of the shipped rule's 5 regressions on 408 C++ training modules are under 2 kB (357, 379, 1 326 B), and the guard
+#: leaves 2 at 0.9251 of clang's size against 0.9252. Only a compile where the policy departed from clang pays: the
+#: reference runs after it, for an object under the bound.
+SUGGESTED_GUARD_BELOW = 2048
 
 
 def pretrained_path(problem: str) -> Path:
@@ -137,6 +143,7 @@ __all__ = [
     "PRETRAINED",
     "PRETRAINED_NAMES",
     "PRETRAINED_PROVENANCE",
+    "SUGGESTED_GUARD_BELOW",
     "PolicyError",
     "PolicyFactory",
     "file_identity",

@@ -14,7 +14,8 @@ A portfolio file (JSON, ``format`` :data:`FORMAT`) names the language family it 
 candidates, the first being the default build's, and ``default_candidates`` (default 1), how many of them a
 build compiles unless asked for another count; each candidate ``{"name", "policies": {problem: spec},
 "flags": [...]}``. A spec is ``pretrained`` (the policy shipped
-for that problem) or a file name relative to the portfolio's directory; a candidate without policies and
+for that problem), ``heuristic`` (clang's own decisions: the compile opens no channel for that problem) or a
+file name relative to the portfolio's directory; a candidate without policies and
 flags is clang's own compile. The shipped portfolio (:data:`PRETRAINED_PORTFOLIO`) was chosen greedily
 on training modules (docs/experiments/2026-11-25-portfolio.md).
 """
@@ -32,6 +33,10 @@ from optgym.policies import PRETRAINED_DIR
 
 FORMAT = "optgym-portfolio/1"
 PRETRAINED_PORTFOLIO = PRETRAINED_DIR / "portfolio-c.json"
+
+
+#: The specs a candidate names without a file: the shipped policy, and clang's own decisions.
+BUILTIN_SPECS = ("pretrained", "heuristic")
 
 
 class PortfolioError(OptgymError):
@@ -83,6 +88,12 @@ class Candidate:
         mine = dict(self.policies)
         return [(problem, mine.pop(problem, spec)) for problem, spec in build] + list(mine.items())
 
+    def channel_policies(self, build: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """:meth:`compile_policies` without the ``heuristic`` ones: the decisions this candidate's compile serves
+        over a channel. clang decides the others alone, at no cost (a channel's round trips cost a compile up to
+        1.4x), byte for byte as a compile with no channel."""
+        return [] if self.is_clang else [(p, spec) for p, spec in self.compile_policies(build) if spec != "heuristic"]
+
     def clashes_with(self, args: Sequence[str]) -> bool:
         """Whether the build's ``args`` set an ``-mllvm`` option this candidate sets too: clang refuses most
         options given twice ("may only occur zero or one times"), and the build's own value is the build's
@@ -105,11 +116,12 @@ class Portfolio:
     default_count: int = 1  # how many candidates a build compiles unless told (``OPTGYM_CANDIDATES``)
 
     def applies_to(self, build: Sequence[tuple[str, str]]) -> bool:
-        """Whether a build whose policies are ``build`` compiles with this portfolio: it decides the problems
-        the first candidate names with the first candidate's policies (a build that chose its own, or clang's,
-        allocator gets what it chose)."""
+        """Whether a build whose policies are ``build`` compiles with this portfolio: it leaves every problem the
+        first candidate names at its default, the shipped policy (a build that chose its own, or clang's,
+        allocator gets what it chose). The candidate's own policy for such a problem may be another, clang's
+        ``heuristic`` too: a default build is what the portfolio says it is."""
         chosen = dict(build)
-        return all(chosen.get(problem) == spec for problem, spec in self.candidates[0].policies)
+        return all(chosen.get(problem) == "pretrained" for problem, _ in self.candidates[0].policies)
 
     def first(self, count: int) -> tuple[Candidate, ...]:
         """The first ``count`` candidates (all of them when ``count`` exceeds the portfolio)."""
@@ -140,7 +152,7 @@ def load_portfolio(path: Path | str = PRETRAINED_PORTFOLIO) -> Portfolio:
             raise PortfolioError(f"portfolio {path}: candidate {name!r}: names, specs and flags are strings")
         resolved = []
         for problem, spec in sorted(policies.items()):
-            if spec != "pretrained":
+            if spec not in BUILTIN_SPECS:
                 spec = str(path.parent / spec)
                 if not Path(spec).exists():
                     raise PortfolioError(f"portfolio {path}: candidate {name!r}: {spec} is missing")

@@ -26,9 +26,10 @@ from the policy's first answer that is not clang's own — and the smaller objec
 (:mod:`optgym.serve.guard`).
 
 A compile of the shipped portfolio's language (C) with the shipped policies is the portfolio's
-(:mod:`optgym.policies.portfolio`; ``OPTGYM_PORTFOLIO=FILE``: another one): its first candidate's flags
-join the compile, and with ``OPTGYM_CANDIDATES=N`` (default: the portfolio's ``default_candidates``, two
-for the shipped one; ``0``: no portfolio) the object is then compiled the next ``N - 1`` ways too, one after
+(:mod:`optgym.policies.portfolio`; ``OPTGYM_PORTFOLIO=FILE``: another one): its first candidate's policies and
+flags make the compile (the shipped one's: pass options alone, no channel), and with ``OPTGYM_CANDIDATES=N``
+(default: the portfolio's ``default_candidates``, one for the shipped one; ``0``: no portfolio) the object is
+then compiled the next ``N - 1`` ways too, one after
 the other, each into a hidden sibling, and the smallest object is kept. Sequential on purpose: a parallel
 build already keeps every core busy with other objects' compiles.
 
@@ -314,7 +315,9 @@ class Server:
             candidates = () if backend else self._candidates(language, build, env)
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
-        flags = candidates[0].flags if candidates and not candidates[0].clashes_with(argv) else ()
+        flags: tuple[str, ...] = ()
+        if candidates and not candidates[0].clashes_with(argv):  # the portfolio's first way is this compile
+            flags, served = candidates[0].flags, self._policies_of(candidates[0], build, language)
         # clang's diagnostics wait in a file until the compile is judged: those of a compile that falls back
         # are not the build's (the plain compile prints its own), so a fallback is one warning line
         diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
@@ -332,6 +335,8 @@ class Server:
         # clang's own compile among the candidates is the guard already
         guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
         guard = Guard(argv, cwd, env, below) if guarded else None
+        if guard is not None and flags:  # pass options depart from clang's compile before any decision does
+            guard.start()
         running = _Running(compile_)
         started = time.time()
         try:
@@ -433,11 +438,9 @@ class Server:
         """One candidate's compile (``args``: the build's command writing the sibling, the candidate's flags),
         its decisions answered by the build's policies ``build`` with the candidate's in their place; whether
         it succeeded. Its output goes nowhere."""
-        policies = [] if candidate.is_clang else candidate.compile_policies(build)
         args = [*args, NO_CRASH_FILES]
-        served = [self._candidate_policy(problem, spec) for problem, spec in policies]
-        served = [s for s in served if decides(s.policy, language)]
-        if not served:  # clang's own compile
+        served = self._policies_of(candidate, build, language)
+        if not served:  # clang's own compile, with the candidate's flags
             proc = running.compile = spawn(args, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
             try:
                 return wait_exit(proc, timeout) == 0
@@ -456,6 +459,12 @@ class Server:
         finally:
             compile_.close()
         return not reply.get("fallback") and reply["returncode"] == 0
+
+    def _policies_of(self, candidate: Candidate, build: Sequence[tuple[str, str]], language: str) -> list[Served]:
+        """The policies deciding ``candidate``'s compile of ``language`` in a build whose policies are ``build``:
+        the build's, each replaced by the candidate's for the same problem, none for clang's own decisions."""
+        served = [self._candidate_policy(problem, spec) for problem, spec in candidate.channel_policies(build)]
+        return [s for s in served if decides(s.policy, language)]
 
     def _candidate_policy(self, problem: str, spec: str) -> Served:
         """A candidate's policy for ``problem``: the server's own when it serves that spec, else loaded once."""

@@ -141,8 +141,8 @@ class InteractiveCompile:
         ends up in ``outcome.stderr_tail``; a file descriptor passes it straight through, as a
         compile served for a build does). A transcript records one channel's exchange, so it needs
         ``channels=1``."""
-        if channels < 1:
-            raise ValueError(f"a compile needs at least one channel, got {channels}")
+        if channels < 0:
+            raise ValueError(f"a compile has no negative count of channels, got {channels}")
         if transcript is not None and channels != 1:
             raise ValueError("a transcript records a single channel's exchange")
         self._argv, self.timeout, self._cwd, self._stdout = argv, timeout, cwd, stdout
@@ -285,6 +285,8 @@ class InteractiveCompile:
     def _pending(self):
         """The next event already decoded on some channel (the current one first), or ``None``. A
         header opens its channel; a context names what that channel's pass works on next."""
+        if not self._channels:  # a compile with no channel (pass options only) has no events: it just runs
+            return None
         for index in self._orders[self.channel]:
             channel = self._channels[index]
             while (event := channel.decoder.next_event()) is not None:
@@ -319,7 +321,11 @@ class InteractiveCompile:
             ready = self._wait()
             if self._budget <= 0 and proc.poll() is None:  # out of time, whether or not data keeps coming
                 opened = any(c.header is not None for c in self._channels)
-                self._timed_out("the compiler is still running" if opened else "the compiler never sent a header")
+                self._timed_out(
+                    "the compiler never sent a header"
+                    if self._channels and not opened
+                    else "the compiler is still running"
+                )
                 return None
             if any([self._read(self._by_fd[fd], revents) for fd, revents in ready if fd in self._by_fd]):
                 continue

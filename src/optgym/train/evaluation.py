@@ -19,7 +19,7 @@ from optgym.corpus.cache import ResultCache
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
 from optgym.errors import OptgymError
 from optgym.parallel import TaskFailed, run_tasks
-from optgym.policies import DEFAULT_GUARD_BELOW, PolicyFactory, resolve_policy
+from optgym.policies import SUGGESTED_GUARD_BELOW, PolicyFactory, resolve_policy
 from optgym.policies.portable import portable_policy
 from optgym.policies.portfolio import Portfolio, load_portfolio
 from optgym.problems import Problem, get_problem
@@ -154,9 +154,9 @@ def _task_failed(task: _Task, failure: TaskFailed) -> ModuleRow:
     return ModuleRow(task.module, None, None, None, None, None, None, 0, 0, 0.0, status, failure.reason)
 
 
-#: The bound of the guard ``optgym evaluate`` reports besides the full one: ``optgym-cc``'s default
+#: The bound of the guard ``optgym evaluate`` reports besides the full one: the bound a build asks for
 #: (``OPTGYM_GUARD_BELOW``), so the guarded-below figure is what a build with optgym-cc's defaults gets.
-GUARD_BELOW = DEFAULT_GUARD_BELOW
+GUARD_BELOW = SUGGESTED_GUARD_BELOW
 
 
 def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
@@ -246,12 +246,13 @@ def evaluate(
         mine = {n for n in names if corpus.module(n).family == portfolio.family}
         common: dict[str, Any] = {"workers": workers, "timeout": timeout, "progress": progress}
         build = [(get_problem(name).name, spec) for name, spec in [(problem, policy), *companions]]
-        # a problem the first candidate names but the command decides with another policy: not this portfolio's
-        # build (optgym-cc would compile it without the portfolio); the problems the command leaves out it fills in
+        # a problem the first candidate names but the command decides with another policy than the shipped one:
+        # not this portfolio's build (optgym-cc would compile it without the portfolio, Portfolio.applies_to);
+        # the problems the command leaves out it fills in
         first = dict(portfolio.candidates[0].policies)
-        if other := sorted(name for name, spec in build if first.get(name, spec) != spec):
-            raise OptgymError(f"{portfolio.path} is a portfolio of {', '.join(f'{n}={s}' for n, s in first.items())}: "
-                              f"evaluate it without another policy for {', '.join(other)}")  # fmt: skip
+        if other := sorted(name for name, spec in build if name in first and spec != "pretrained"):
+            raise OptgymError(f"{portfolio.path} decides {', '.join(first)} in a default build: "
+                              f"evaluate it with the shipped policy (pretrained) for {', '.join(other)}")  # fmt: skip
         rows = evaluate_portfolio(corpus, portfolio, candidates, [n for n in names if n in mine], policies=build,
                                   **common)  # fmt: skip
         others = [n for n in names if n not in mine]
@@ -309,7 +310,9 @@ def evaluate_portfolio(
     for candidate in chosen:
         if candidate.is_clang:
             continue
-        (problem, spec), *companions = candidate.compile_policies(policies)
+        # as optgym-cc compiles it: a heuristic policy opens no channel; with none left, the inliner's channel
+        # answering clang's own decisions is clang's compile byte for byte
+        (problem, spec), *companions = candidate.channel_policies(policies) or [("inline-size", "heuristic")]
         rows = evaluate(spec, corpus, problem=problem, modules=modules, workers=workers, timeout=timeout,
                         progress=progress, companions=companions, flags=candidate.flags)  # fmt: skip
         runs.append((candidate.name, {row.module: row for row in rows}))
