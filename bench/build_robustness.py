@@ -7,8 +7,9 @@ its test suite on both builds:
 
 * ``shipped`` — every shipped policy, pinned rather than left to optgym-cc's defaults (which may change):
   ``OPTGYM_POLICY``, ``OPTGYM_EVICT_POLICY`` and ``OPTGYM_PRIORITY_POLICY`` ``=pretrained`` and
-  ``OPTGYM_CANDIDATES=2`` (a C compile is the shipped portfolio's two ways, its pass options' compile and
-  clang's own, the smaller object kept: the portfolio's scorers are exercised too);
+  ``OPTGYM_CANDIDATES=2`` (a C compile is the shipped portfolio's first two ways, the smaller object kept, so
+  its scorers are exercised too: since b8bee0d its pass options alone and its scorers with them; before, the
+  scorers with its pass options and clang's own, now ``OPTGYM_CANDIDATES=3``);
 * ``random`` — ``random`` for every problem (inlining, eviction, priority): answers no trained policy would
   give, the worst case for the channel and for clang; with ``OPTGYM_TIMEOUT=300`` (random inlining keeps clang
   on sqlite3's amalgamation for over 19 minutes: killed after 300 s of compiler time, that compile is clang's
