@@ -7,9 +7,9 @@ its test suite on both builds:
 
 * ``shipped`` — every shipped policy, pinned rather than left to optgym-cc's defaults (which may change):
   ``OPTGYM_POLICY``, ``OPTGYM_EVICT_POLICY`` and ``OPTGYM_PRIORITY_POLICY`` ``=pretrained`` and
-  ``OPTGYM_CANDIDATES=2`` (a C compile is the shipped portfolio's first two ways, the smaller object kept, so
-  its scorers are exercised too: since b8bee0d its pass options alone and its scorers with them; before, the
-  scorers with its pass options and clang's own, now ``OPTGYM_CANDIDATES=3``);
+  ``OPTGYM_CANDIDATES=3`` (a C compile is the shipped portfolio's first three ways, the smallest object kept:
+  its pass options alone, its allocator scorers with them, and clang's own — every shipped way to compile C;
+  the full run of 8635740 pinned 2, which under that commit's portfolio was the last two of these);
 * ``random`` — ``random`` for every problem (inlining, eviction, priority): answers no trained policy would
   give, the worst case for the channel and for clang; with ``OPTGYM_TIMEOUT=300`` (random inlining keeps clang
   on sqlite3's amalgamation for over 19 minutes: killed after 300 s of compiler time, that compile is clang's
@@ -43,7 +43,7 @@ from optgym.evaluate.build_compare import CompareOptions, compare_build
 
 POLICY_SETS: dict[str, dict[str, str]] = {
     "shipped": {"OPTGYM_POLICY": "pretrained", "OPTGYM_EVICT_POLICY": "pretrained",
-                "OPTGYM_PRIORITY_POLICY": "pretrained", "OPTGYM_CANDIDATES": "2"},
+                "OPTGYM_PRIORITY_POLICY": "pretrained", "OPTGYM_CANDIDATES": "3"},
     "random": {"OPTGYM_POLICY": "random", "OPTGYM_EVICT_POLICY": "random", "OPTGYM_PRIORITY_POLICY": "random",
                "OPTGYM_TIMEOUT": "300"},
 }  # fmt: skip
