@@ -92,3 +92,20 @@ def test_replay_of_a_truncated_transcript_says_so(corpus_dir, tmp_path):
 @pytest.mark.parametrize("args", [["evaluate", "--help"], ["replay", "--help"], ["demo", "--help"]])
 def test_help(args):
     assert "Usage" in optgym(*args).stdout
+
+
+def test_error_messages_print_text_verbatim(tmp_path):
+    """A message is printed as written: rich would otherwise turn ``:a:`` in a path or a usage hint into 🅰."""
+    missing = tmp_path / "corpus:a:1"
+    proc = optgym("evaluate", "--corpus", str(missing), "--policy", "heuristic", "-o", str(tmp_path / "r"), check=False)
+    assert proc.returncode != 0
+    assert "corpus:a:1" in proc.stderr + proc.stdout
+
+
+def test_extras_shorthand_expands_among_other_inputs():
+    from optgym.problems.inputs import RESIDUAL_EXTRAS
+    from optgym.train.cli import parse_extras_option
+
+    assert parse_extras_option("residual,cxx") == [*RESIDUAL_EXTRAS, "cxx"]
+    assert parse_extras_option("cxx, residual") == ["cxx", *RESIDUAL_EXTRAS]
+    assert parse_extras_option("none") == [] and parse_extras_option("heuristic") == ["heuristic"]

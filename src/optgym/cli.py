@@ -24,8 +24,8 @@ app.add_typer(train_app, name="train")
 app.command("trace")(trace_command)
 app.command("vocab")(vocab_command)
 app.command("search")(search_command)  # top-level, and also `optgym train search`
-console = Console()
-err = Console(stderr=True, soft_wrap=True)
+console = Console(emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 Workers = Annotated[
     int | None, typer.Option("--workers", "-j", "--parallel", help="worker processes (default: all cores)")

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 corpus_app = typer.Typer(no_args_is_help=True, help="Make corpora from real code, and inspect them.")
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 Workers = Annotated[
     int | None, typer.Option("--workers", "-j", "--parallel", help="worker processes (default: all cores)")

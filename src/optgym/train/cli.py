@@ -13,8 +13,8 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-console = Console()
-err = Console(stderr=True, soft_wrap=True)
+console = Console(emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 Workers = Annotated[
     int | None, typer.Option("--workers", "-j", "--parallel", help="worker processes (default: all cores)")
@@ -40,14 +40,15 @@ Extras = Annotated[
 
 
 def parse_extras_option(text: str) -> list[str]:
-    """``--extras`` → the derived input names (``residual`` and ``none`` are shorthands)."""
+    """``--extras`` → the derived input names (``residual`` — alone or among others — and ``none`` are shorthands)."""
     from optgym.problems.inputs import RESIDUAL_EXTRAS
 
     if text.strip() in ("", "none"):
         return []
-    if text.strip() == "residual":
-        return list(RESIDUAL_EXTRAS)
-    return [e.strip() for e in text.split(",") if e.strip()]
+    names: list[str] = []
+    for name in (e.strip() for e in text.split(",")):
+        names += list(RESIDUAL_EXTRAS) if name == "residual" else [name] if name else []
+    return names
 
 
 train_app = typer.Typer(
