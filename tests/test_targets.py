@@ -602,23 +602,48 @@ def test_compare_build_gives_both_builds_the_target(tmp_path):
     assert "-DCMAKE_CXX_COMPILER_TARGET=aarch64-linux-gnu" in configure
     assert "-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld" in configure
     assert not any("--target=" in arg for arg in configure)
+    assert "-DCMAKE_SYSTEM_NAME=Linux" in configure and "-DCMAKE_SYSTEM_PROCESSOR=aarch64" in configure
     ((_, make),) = build_commands("make", opts, tools, tmp_path)
     assert "CFLAGS=-Oz --target=aarch64-linux-gnu" in make and "LDFLAGS=-fuse-ld=lld --target=aarch64-linux-gnu" in make
+    (tmp_path / "configure").write_text("")
+    (_, autotools), _ = build_commands("autotools", opts, tools, tmp_path)
+    assert "--host=aarch64-linux-gnu" in autotools  # configure then neither runs what it builds nor guesses
+    (_, meson), _ = build_commands("meson", opts, tools, tmp_path / "m")
+    (cross,) = [a.removeprefix("--cross-file=") for a in meson if a.startswith("--cross-file=")]
+    assert "cpu_family = 'aarch64'" in Path(cross).read_text()
+
+
+def test_a_linux_target_runs_under_qemu_user_and_others_do_not():
+    """What runs a target's programs here: qemu-user with Debian's cross root for another Linux architecture —
+    handed to CMake (``CMAKE_CROSSCOMPILING_EMULATOR``) and Meson (``exe_wrapper``) — nothing for this machine's
+    own architecture or for bare metal, which has no OS to emulate."""
+    from optgym.corpus.target import Target
+
+    qemu = shutil.which("qemu-aarch64")
+    aarch64 = Target("aarch64-linux-gnu")
+    if qemu is None:
+        assert aarch64.emulator() is None
+    else:
+        assert aarch64.emulator() == [qemu, "-L", "/usr/aarch64-linux-gnu"]
+        assert f"-DCMAKE_CROSSCOMPILING_EMULATOR={qemu};-L;/usr/aarch64-linux-gnu" in aarch64.cmake_args()
+    assert Target("x86_64-linux-gnu").emulator() is None
+    assert Target("thumbv7em-none-eabi").emulator() is None
+    assert not any("EMULATOR" in a for a in Target("thumbv7em-none-eabi").cmake_args())
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("qemu-aarch64") is None,
                     reason="cmake and qemu-user are installed by `make setup`")  # fmt: skip
 def test_compare_build_for_aarch64_runs_both_test_suites_under_qemu(tmp_path):
-    """``optgym compare-build --target aarch64-linux-gnu`` with the emulator as a configure argument: both builds
-    link (lld), both test suites pass under qemu-user, and a policy the build names (``OPTGYM_POLICY=never``) is
-    served for the AArch64 compiles — the allocator's shipped x86-64 policies are not, with optgym's note."""
+    """``optgym compare-build --target aarch64-linux-gnu``, nothing else: both builds link (lld), both test suites
+    pass under qemu-user (CMake's emulator, set by compare-build), and a policy the build names
+    (``OPTGYM_POLICY=never``) is served for the AArch64 compiles — the allocator's shipped x86-64 policies are
+    not, with optgym's note."""
     if reason := BY_NAME["aarch64"].skip_reason():
         pytest.skip(reason)
     src = _project(tmp_path, CROSS_PROJECT)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "optgym.cli", "compare-build", str(src), "-o", str(out), "--jobs", "2",
-               "--target", "aarch64-linux-gnu", "--test", "--configure-arg=-DCMAKE_SYSTEM_NAME=Linux",
-               "--configure-arg=-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;/usr/aarch64-linux-gnu"]  # fmt: skip
+               "--target", "aarch64-linux-gnu", "--test"]  # fmt: skip
     env = {**compile_env(tmp_path / "run"), "OPTGYM_POLICY": "never"}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -12,7 +12,9 @@ cross-compiles, so it neither runs what it builds nor looks for this machine's l
   and packages when it exists; a bare-metal target (no OS: ``thumbv7em-none-eabi``) cannot link an executable
   without a linker script, so CMake's compiler checks build a static library
   (``CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY``) and the build's own links fail, leaving the objects;
-* Meson: a cross file (``[host_machine]``, the wrappers as ``c``/``cpp``, LLVM's ``ar``);
+  a Linux target's tests run under qemu-user (``CMAKE_CROSSCOMPILING_EMULATOR``, :meth:`Target.emulator`);
+* Meson: a cross file (``[host_machine]``, the wrappers as ``c``/``cpp``, LLVM's ``ar``, qemu-user as
+  ``exe_wrapper``);
 * GNU autoconf: ``--host=TRIPLE`` (``thumb…`` spelled ``arm…``: config.sub knows no ``thumbv7em``);
 * plain Make: nothing more than the wrappers.
 
@@ -21,13 +23,17 @@ The module's ``-cc1`` command records the target clang compiled for (``-triple``
 
 from __future__ import annotations
 
+import platform
 import shlex
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 #: Debian's root of a cross target's libraries and headers (``libc6-dev-arm64-cross``: ``/usr/aarch64-linux-gnu``).
 CROSS_ROOT = Path("/usr")
+#: qemu-user's name for an architecture, where it is not the triple's own (``qemu-user``: ``qemu-aarch64`` …).
+QEMU_ARCH = {"arm64": "aarch64", "i386": "i386", "i486": "i386", "i586": "i386", "i686": "i386", "amd64": "x86_64"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,21 @@ class Target:
         root = CROSS_ROOT / self.triple
         return root if (root / "include").is_dir() or (root / "lib").is_dir() else None
 
+    def emulator(self) -> list[str] | None:
+        """How this machine runs the target's Linux programs: qemu-user with the cross root as the loader's
+        prefix (``qemu-aarch64 -L /usr/aarch64-linux-gnu``) — what a build's tests need, since a container
+        has no binfmt handler to run them directly. ``None``: the target runs here natively, has no OS, or
+        qemu-user has no emulator for it."""
+        if not self.linux:
+            return None
+        arch = QEMU_ARCH.get(self.arch, "arm" if self.arch.startswith(("arm", "thumb")) else self.arch)
+        if arch == QEMU_ARCH.get(platform.machine(), platform.machine()):
+            return None
+        qemu = shutil.which(f"qemu-{arch}")
+        if qemu is None:
+            return None
+        return [qemu, *(["-L", str(self.cross_root)] if self.cross_root else [])]
+
     def provenance(self) -> dict[str, object]:
         """What a corpus's description records of its target."""
         return {"target": self.triple, "target_flags": list(self.flags)}
@@ -104,6 +125,8 @@ class Target:
                 "-DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY",
                 "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=ONLY",
             ]
+        if emulator := self.emulator():  # ctest runs the tests through it
+            args.append(f"-DCMAKE_CROSSCOMPILING_EMULATOR={';'.join(emulator)}")
         return args
 
     def autotools_host(self) -> str:
@@ -124,10 +147,12 @@ class Target:
             else:
                 family = self.arch.rstrip("el") if self.arch.startswith("riscv") else self.arch
         system = "linux" if self.linux else "none"
+        emulator = self.emulator()
+        wrapper = f"exe_wrapper = {emulator!r}\n" if emulator else ""  # meson test runs the tests through it
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
-            "# optgym corpus build: the target's cross file\n"
-            f"[binaries]\nc = {cc!r}\ncpp = {cxx!r}\nar = {ar!r}\n\n"
+            "# optgym: the target's cross file\n"
+            f"[binaries]\nc = {cc!r}\ncpp = {cxx!r}\nar = {ar!r}\n{wrapper}\n"
             f"[properties]\nneeds_exe_wrapper = true\n\n"
             f"[host_machine]\nsystem = {system!r}\ncpu_family = {family!r}\ncpu = {self.arch!r}\n"
             "endian = 'little'\n"

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from optgym.corpus.target import Target
 from optgym.errors import OptgymError
 from optgym.evaluate.elf_sizes import (
     ARCHIVE_MAGIC,
@@ -276,6 +277,7 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
     the copied source tree otherwise)."""
     cflags, ldflags = " ".join(opts.cflags()), " ".join(opts.ldflags())
     jobs = str(opts.jobs)
+    target = Target.of(opts.target)
     if system == "cmake":
         configure = ["cmake", "-S", str(opts.source), "-B", str(tree)]
         configure += ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -283,11 +285,12 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
         configure += ["-DCMAKE_BUILD_TYPE=MinSizeRel", f"-DCMAKE_C_COMPILER={tools.cc}",
                       f"-DCMAKE_CXX_COMPILER={tools.cxx}", f"-DCMAKE_AR={tools.ar}",
                       f"-DCMAKE_RANLIB={tools.ranlib}"]  # fmt: skip
-        # the target as CMake's own setting: its compiler checks and every compile and link line get it
+        # the target as CMake's own settings: its compiler checks and every compile and link line get it, it
+        # knows it cross-compiles, and ctest runs the tests under qemu-user (Target.cmake_args)
         untargeted = [f for f in opts.cflags() if f not in opts.target_flags()]
         for lang in ("C", "CXX"):
             configure += [f"-DCMAKE_{lang}_FLAGS={' '.join(untargeted)}", f"-DCMAKE_{lang}_FLAGS_MINSIZEREL=-DNDEBUG"]
-            configure += [f"-DCMAKE_{lang}_COMPILER_TARGET={opts.target}"] if opts.target else []
+        configure += target.cmake_args() if target else []
         link = " ".join(f for f in opts.ldflags() if f not in opts.target_flags())
         for kind in ("EXE", "SHARED", "MODULE"):
             configure.append(f"-DCMAKE_{kind}_LINKER_FLAGS={link}")
@@ -298,6 +301,9 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
     if system == "meson":
         # buildtype=plain adds no -O of its own: CFLAGS' level is the only one
         configure = ["meson", "setup", "--buildtype=plain", "-Db_ndebug=true", *opts.configure_args]
+        if target:  # meson runs nothing it builds for another machine but through the cross file's exe_wrapper
+            cross = target.meson_cross_file(tree.with_name(tree.name + "-cross.ini"), tools.cc, tools.cxx, tools.ar)
+            configure.append(f"--cross-file={cross}")
         return [("configure", [*configure, str(tree), str(opts.source)]),
                 ("build", ["meson", "compile", "-C", str(tree), "-j", jobs])]  # fmt: skip
     variables = [f"AR={tools.ar}", f"RANLIB={tools.ranlib}"]
@@ -311,8 +317,9 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
             steps.append(("autoreconf", ["autoreconf", "-fi"]))
         else:
             steps.append(("autogen", ["env", "NOCONFIGURE=1", "sh", "autogen.sh"]))
-    configure = ["./configure", f"CC={tools.cc}", f"CXX={tools.cxx}", f"CFLAGS={cflags}", f"CXXFLAGS={cflags}",
-                 f"LDFLAGS={ldflags}", *variables, *opts.configure_args]  # fmt: skip
+    configure = ["./configure", *([target.autotools_host()] if target else []), f"CC={tools.cc}", f"CXX={tools.cxx}",
+                 f"CFLAGS={cflags}", f"CXXFLAGS={cflags}", f"LDFLAGS={ldflags}", *variables,
+                 *opts.configure_args]  # fmt: skip
     return [*steps, ("configure", configure), ("build", ["make", "-j", jobs, *variables])]
 
 
