@@ -252,3 +252,21 @@ def test_meson_project_becomes_a_corpus(toolchain, tmp_path):
     corpus = Corpus(tmp_path / "corpus")
     assert len(corpus) == 3
     _same_text_as_build(toolchain, corpus, result.build_dir)
+
+
+def test_a_build_systems_compiler_probes_are_not_modules(tmp_path):
+    """CMake's compiler identification (which compiles with -c when CMake may not link, as on bare metal) and
+    try-compiles, and Meson's sanity checks, compile in directories of their own: not the program's code. The
+    program's objects under ``CMakeFiles/X.dir/`` compile in the build directory and are kept."""
+    from optgym.corpus.extract import classify
+
+    build = tmp_path / "build"
+    probes = [build / "CMakeFiles/3.25.1/CompilerIdC", build / "CMakeFiles/CMakeScratch/TryCompile-x",
+              build / "meson-private/tmpabc"]  # fmt: skip
+    for directory in probes:
+        entry = {"directory": str(directory), "arguments": ["clang", "-c", "probe.c", "-o", "probe.o"]}
+        assert classify(entry) == "a build system's probe of the compiler"
+    kept = classify(
+        {"directory": str(build), "arguments": ["clang", "-c", "../src/a.c", "-o", "CMakeFiles/x.dir/a.c.o"]}
+    )
+    assert not isinstance(kept, str) and kept.output == build / "CMakeFiles/x.dir/a.c.o"

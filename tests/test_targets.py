@@ -250,9 +250,11 @@ def test_aarch64_programs_allocated_in_any_order_run_the_same_under_qemu(toolcha
 CMAKE_LIB = """cmake_minimum_required(VERSION 3.16)
 project(pieces C)
 add_library(pieces STATIC a.c b.c)
+add_library(pieces_shared SHARED a.c b.c)
+set_target_properties(pieces_shared PROPERTIES OUTPUT_NAME pieces)
 add_executable(tool main.c)
 target_link_libraries(tool pieces)
-"""
+"""  # a shared and a static library of one name: on bare metal CMake would make both libpieces.a
 PIECES = {
     "a.c": "static int sq(int x) { return x * x; }\nint sum_sq(const int *v, int n) { int s = 0; "
     "for (int i = 0; i < n; i++) s += sq(v[i]); return s; }\n",
@@ -268,7 +270,8 @@ PIECES = {
 def test_corpus_build_for_a_target(name, tmp_path):
     """``optgym corpus build --target``: a CMake tree built for AArch64 links (lld) and gives every object; for a
     Cortex-M4 its compiler checks pass as a static library, the executable cannot link (no linker script), and the
-    objects are the corpus. Each module records its target; the corpus's provenance records target and flags."""
+    objects are the corpus — the shared library kept apart from the static one of the same name. Each module
+    records its target; the corpus's provenance records target and flags."""
     from typer.testing import CliRunner
 
     from optgym.cli import app

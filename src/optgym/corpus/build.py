@@ -205,7 +205,8 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
             # a project that defaults to Release would otherwise append -O3 after our level
             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_C_FLAGS_RELEASE=-DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG",
             "-DBUILD_TESTING=OFF", f"-DCMAKE_AR={e.env['AR']}", f"-DCMAKE_RANLIB={e.env['RANLIB']}",
-            *(e.target.cmake_args() if e.target else ()), *e.configure_args,
+            *(e.target.cmake_args() + e.target.cmake_project_include(e.work) if e.target else ()),
+            *e.configure_args,
         ], build, e.env, e.logs)  # fmt: skip
         keep_going = ["--", "-k", "0"] if (build / "build.ninja").exists() else ["--", "-k"]
         argv = ["cmake", "--build", str(build), "--parallel", e.jobs, *keep_going]

@@ -43,6 +43,11 @@ from optgym.toolchain.llvm import Toolchain
 MLGO_UTILS = "mlgo-utils"
 ASM_SUFFIXES = (".s", ".S", ".asm", ".sx")
 SOURCE_SUFFIXES = C_SUFFIXES + CXX_SUFFIXES + OBJC_SUFFIXES + ASM_SUFFIXES + (".i", ".ii")
+#: Where a build system runs the compiles that probe the compiler rather than build the program: CMake's
+#: try-compiles and compiler identification (``CMakeFiles/CMakeScratch/…``, ``CMakeFiles/3.25.1/CompilerIdC``;
+#: the program's own objects land under ``CMakeFiles/X.dir/`` but compile in the build directory) and
+#: Meson's (``meson-private/``).
+PROBE_DIRS = ("/CMakeFiles/", "/meson-private/")
 
 #: Driver options whose value is the next argument (so that value is not taken for a source file).
 _WITH_VALUE = frozenset(
@@ -178,6 +183,8 @@ def classify(entry: dict[str, Any]) -> Entry | str:
     source = sources[0]
     if source.endswith(ASM_SUFFIXES):
         return "assembly source (no bitcode)"
+    if any(d in f"{os.path.normpath(directory)}/" for d in PROBE_DIRS):
+        return "a build system's probe of the compiler"
     output = _output(args) or f"{Path(source).stem}.o"
     return Entry(
         directory=directory,

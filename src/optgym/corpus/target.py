@@ -11,7 +11,8 @@ cross-compiles, so it neither runs what it builds nor looks for this machine's l
   ``CMAKE_<LANG>_COMPILER_TARGET``, and Debian's cross root ``/usr/TRIPLE`` as the only place for libraries
   and packages when it exists; a bare-metal target (no OS: ``thumbv7em-none-eabi``) cannot link an executable
   without a linker script, so CMake's compiler checks build a static library
-  (``CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY``) and the build's own links fail, leaving the objects;
+  (``CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY``) and the build's own links fail, leaving the objects
+  (shared libraries stay apart from static ones: :meth:`Target.cmake_project_include`);
   a Linux target's tests run under qemu-user (``CMAKE_CROSSCOMPILING_EMULATOR``, :meth:`Target.emulator`);
 * Meson: a cross file (``[host_machine]``, the wrappers as ``c``/``cpp``, LLVM's ``ar``, qemu-user as
   ``exe_wrapper``);
@@ -128,6 +129,22 @@ class Target:
         if emulator := self.emulator():  # ctest runs the tests through it
             args.append(f"-DCMAKE_CROSSCOMPILING_EMULATOR={';'.join(emulator)}")
         return args
+
+    def cmake_project_include(self, directory: Path) -> list[str]:
+        """For a bare-metal target: a file CMake includes after each ``project()`` and the argument naming it.
+
+        CMake's ``Generic`` platform supports no shared libraries, so it quietly builds ``add_library(SHARED)``
+        as a static one; a project that also builds a static library of the same name (json-c, cmark) then has
+        two rules for one archive, which Ninja refuses, and the whole build is lost. Declaring shared libraries
+        supported keeps the two apart: their objects compile, and the shared library's link fails like every
+        bare-metal link."""
+        if not self.bare_metal:
+            return []
+        path = directory / "optgym-bare-metal.cmake"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# optgym: keep SHARED libraries apart from STATIC ones on a target without an OS\n"
+                        "set_property(GLOBAL PROPERTY TARGET_SUPPORTS_SHARED_LIBS TRUE)\n")  # fmt: skip
+        return [f"-DCMAKE_PROJECT_INCLUDE={path}"]
 
     def autotools_host(self) -> str:
         """``--host=`` for a GNU configure script."""

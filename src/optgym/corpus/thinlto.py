@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optgym.corpus.corpus import SITE_SUFFIX, THINLTO_INDEX, Corpus, Module, sanitize_cc1_args, write_corpus
+from optgym.corpus.extract import PROBE_DIRS
 from optgym.errors import CorpusError
 from optgym.parallel import run_tasks
 from optgym.toolchain import find_toolchain
@@ -298,7 +299,6 @@ def _source_language(module: str) -> str:
 #: Links a build system makes to probe the compiler, not the program: CMake's (``cmTC_…``, the compiler-id
 #: ``a.out``, under ``CMakeFiles/``), Meson's (under ``meson-private/``), autoconf's (``conftest``).
 PROBE_LINKS = ("cmTC_", "a.out", "conftest")
-PROBE_DIRS = ("/CMakeFiles/", "/meson-private")
 
 
 def _configure_check(record: dict) -> bool:
