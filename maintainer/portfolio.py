@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
-    .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--combine K] [--default N] [--size 7] [-j 2]
+    .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--combine K] [--default N] [--size 7]
+        [--allocator shipped|clang] [--sample-every 7] [-j 2]
     .venv/bin/python -m maintainer.portfolio measure CORPUS [--split test] [--portfolio FILE] [--record] [-j 2]
 
-The shipped portfolio: ``choose corpora/train -o OUT --wide --combine 4 --default 2 --size 10 -j 2``.
+The shipped portfolio: ``choose corpora/train -o OUT --wide --combine 4 --default 2 --size 10 -j 2``. A target with
+no scorers of its own (Cortex-M4's: ``--allocator clang --sample-every 1``) chooses among pass options with clang's
+allocator; its file goes into the target's directory of ``pretrained/`` (docs/targets.md).
 
 Why: every channel of an unmodified clang-22 is nearly spent for C by the shipped allocator scorers, but
 which of a few nearby ways compiles a given object smallest is per-object luck a build can buy with
@@ -110,11 +113,24 @@ def perturbed(problem: str, directory: Path) -> list[Path]:
     return paths
 
 
-def pool(directory: Path, wide: bool = False) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
-    """Every entry: name → (policies by problem, extra clang flags)."""
-    entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {"shipped scorers": (SHIPPED, ())}
+#: ``--allocator``: the register allocator's policies of every pool entry, and the prefix naming them.
+ALLOCATORS = {
+    "shipped": (SHIPPED, "shipped scorers"),
+    "clang": ({"regalloc-evict": "heuristic", "regalloc-priority": "heuristic"}, "pass options alone"),
+}
+
+
+def pool(
+    directory: Path, wide: bool = False, allocator: str = "shipped"
+) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
+    """Every entry: name → (policies by problem, extra clang flags). With clang's allocator the first entry is
+    clang's own compile, and no scorer is perturbed."""
+    policies, prefix = ALLOCATORS[allocator]
+    entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {prefix: (policies, ())}
     for name, flags in {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {})}.items():
-        entries[f"shipped scorers, {name}"] = (SHIPPED, flags)
+        entries[f"{prefix}, {name}"] = (policies, flags)
+    if allocator != "shipped":
+        return entries
     for problem in PERTURBATIONS:
         short = problem.removeprefix("regalloc-")
         for i, path in enumerate(perturbed(problem, directory)):
@@ -168,25 +184,29 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
 
 
 def _short(entry: str) -> str:
-    return entry.removeprefix("shipped scorers, ")
+    return next((entry.removeprefix(f"{prefix}, ") for _, prefix in ALLOCATORS.values() if entry.startswith(prefix)),
+                entry)  # fmt: skip
 
 
 def choose(args: argparse.Namespace) -> int:
     corpus = Corpus(args.corpus, split="train")
-    sample = sorted(m.name for m in corpus if m.family == "C")[3::7]
+    every = args.sample_every
+    sample = sorted(m.name for m in corpus if m.family == "C")[(every - 1) // 2 :: every]
     if not sample:
         sys.exit(f"{args.corpus} has no C training modules")
     out = args.output
-    entries = pool(out / "pool", args.wide)
+    entries = pool(out / "pool", args.wide, args.allocator)
     table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
     ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
-    clang = {m: table["shipped scorers"][m].heuristic_text for m in ok}
+    clang = {m: table[next(iter(entries))][m].heuristic_text for m in ok}
     base = sum(clang.values())
 
     def total(chosen: list[str]) -> int:
         return sum(min([clang[m], *(table[name][m].policy_text for name in chosen)]) for m in ok)
 
     first = min(entries, key=lambda name: sum(table[name][m].policy_text for m in ok))
+    if first == next(iter(entries)) and args.allocator != "shipped":
+        sys.exit("no pass option compiles the training sample smaller than clang: nothing to choose")
     combined: list[dict] = []
     if args.combine:
         first = combine(first, entries, table, ok, base, args.combine, combined,
@@ -210,7 +230,7 @@ def choose(args: argparse.Namespace) -> int:
         policies, flags = entries[name]
         spec = {}
         for problem, policy in policies.items():
-            if policy != "pretrained":
+            if policy not in ("pretrained", "heuristic"):
                 target = files / f"{Path(policy).name}.onnx"
                 export_policy(Path(policy), target)
                 policy = f"portfolio-c/{target.name}"
@@ -304,6 +324,11 @@ def main() -> int:
         metavar="K",
         help="the first candidate: the smallest entry with up to K pass options more (combine)",
     )
+    c.add_argument("--allocator", choices=sorted(ALLOCATORS), default="shipped",
+                   help="the allocator's policies of every entry: the shipped scorers, or clang's own (a target "
+                   "with no scorers)")  # fmt: skip
+    c.add_argument("--sample-every", type=int, default=7, metavar="K",
+                   help="the training sample: every K-th C module (1: all, for a small corpus)")  # fmt: skip
     c.add_argument("-j", "--workers", type=int, default=None)
     m = commands.add_parser("measure", help="every prefix of a portfolio on a corpus's modules")
     m.add_argument("corpus", type=Path)

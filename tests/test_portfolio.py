@@ -18,7 +18,14 @@ from typer.testing import CliRunner
 from maintainer import portfolio as portfolio_tool
 from optgym.cli import app
 from optgym.policies import DEFAULT_GUARD_BELOW, PRETRAINED_DIR
-from optgym.policies.portfolio import BUILTIN_SPECS, PRETRAINED_PORTFOLIO, Candidate, PortfolioError, load_portfolio
+from optgym.policies.portfolio import (
+    BUILTIN_SPECS,
+    PASS_OPTIONS,
+    PRETRAINED_PORTFOLIO,
+    Candidate,
+    PortfolioError,
+    load_portfolio,
+)
 from optgym.toolchain import object_sizes
 from optgym.train.evaluation import evaluate, evaluate_portfolio
 
@@ -373,3 +380,16 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
     assert "shipped scorers, first + -broken" not in entries and any(e["alone"] is None for e in log)
     assert "shipped scorers, first + -a + -b + -c" in entries  # tried, saved too little, still an entry
     assert not any("perturbed" in e["combination"] for e in log)
+
+
+def test_a_pool_with_clangs_allocator_holds_pass_options_only(tmp_path):
+    """``choose --allocator clang`` (a target with no scorers of its own): every entry keeps clang's allocator,
+    the first is clang's own compile, none is a perturbed scorer — and names shorten as the shipped pool's do."""
+    entries = portfolio_tool.pool(tmp_path, wide=False, allocator="clang")
+    first, *options = entries
+    assert entries[first] == ({"regalloc-evict": "heuristic", "regalloc-priority": "heuristic"}, ())
+    assert len(options) == len(PASS_OPTIONS) and all(flags for _, flags in (entries[n] for n in options))
+    assert all(p == entries[first][0] for p, _ in entries.values()) and not any(tmp_path.iterdir())
+    assert [portfolio_tool._short(n) for n in options] == list(PASS_OPTIONS)
+    shipped = portfolio_tool.pool(tmp_path / "shipped")
+    assert len(shipped) > len(PASS_OPTIONS) + 1  # the shipped pool perturbs its scorers too
