@@ -46,7 +46,7 @@ from optgym.corpus import Corpus
 from optgym.policies import pretrained_path
 from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
-from optgym.policies.portfolio import FORMAT, PASS_OPTIONS, PRETRAINED_PORTFOLIO, load_portfolio
+from optgym.policies.portfolio import FORMAT, PASS_OPTIONS, PRETRAINED_PORTFOLIO, Candidate, load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.train.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio
 
@@ -139,7 +139,7 @@ def pool(
 
 
 def sizes(corpus: Corpus, modules: list[str], policies: dict[str, str], flags, workers) -> dict[str, ModuleRow]:
-    (problem, spec), *companions = policies.items()
+    (problem, spec), *companions = Candidate("entry", tuple(policies.items()), tuple(flags)).measured_policies([])
     rows = evaluate(spec, corpus, problem=problem, modules=modules, workers=workers, companions=companions,
                     flags=flags, progress=True)  # fmt: skip
     return {row.module: row for row in rows}

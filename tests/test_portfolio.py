@@ -393,3 +393,16 @@ def test_a_pool_with_clangs_allocator_holds_pass_options_only(tmp_path):
     assert [portfolio_tool._short(n) for n in options] == list(PASS_OPTIONS)
     shipped = portfolio_tool.pool(tmp_path / "shipped")
     assert len(shipped) > len(PASS_OPTIONS) + 1  # the shipped pool perturbs its scorers too
+
+
+def test_the_chooser_measures_an_entry_of_pass_options_alone_as_clang_with_them(port_corpus):
+    """An entry with clang's allocator compiles with its flags and nothing else (the allocator's streams carry no
+    heuristic answer to replay, so they cannot stand in for clang): every module compiles, the empty entry is
+    clang's object exactly, and the flags reach the compile."""
+    names = [m.name for m in port_corpus]
+    clangs = {"regalloc-evict": "heuristic", "regalloc-priority": "heuristic"}
+    plain = portfolio_tool.sizes(port_corpus, names, clangs, (), 1)
+    flagged = portfolio_tool.sizes(port_corpus, names, clangs, load_portfolio().candidates[0].flags, 1)
+    assert all(row.ok for row in [*plain.values(), *flagged.values()])
+    assert all(row.policy_text == row.heuristic_text for row in plain.values())
+    assert any(flagged[n].policy_text != plain[n].policy_text for n in names)

@@ -94,6 +94,13 @@ class Candidate:
         1.4x), byte for byte as a compile with no channel."""
         return [] if self.is_clang else [(p, spec) for p, spec in self.compile_policies(build) if spec != "heuristic"]
 
+    def measured_policies(self, build: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The ``(problem, spec)`` pairs that measure this candidate's compile outside a build (``optgym evaluate``,
+        the portfolio's chooser): :meth:`channel_policies`, or — with none left, a compile of pass options alone —
+        the inliner's channel answering clang's own decisions, which is clang's compile byte for byte. (A problem
+        whose stream carries no heuristic answer, as register allocation's, cannot stand in for clang.)"""
+        return self.channel_policies(build) or [("inline-size", "heuristic")]
+
     def clashes_with(self, args: Sequence[str]) -> bool:
         """Whether the build's ``args`` set an ``-mllvm`` option this candidate sets too: clang refuses most
         options given twice ("may only occur zero or one times"), and the build's own value is the build's

@@ -310,9 +310,7 @@ def evaluate_portfolio(
     for candidate in chosen:
         if candidate.is_clang:
             continue
-        # as optgym-cc compiles it: a heuristic policy opens no channel; with none left, the inliner's channel
-        # answering clang's own decisions is clang's compile byte for byte
-        (problem, spec), *companions = candidate.channel_policies(policies) or [("inline-size", "heuristic")]
+        (problem, spec), *companions = candidate.measured_policies(policies)  # as optgym-cc compiles it
         rows = evaluate(spec, corpus, problem=problem, modules=modules, workers=workers, timeout=timeout,
                         progress=progress, companions=companions, flags=candidate.flags)  # fmt: skip
         runs.append((candidate.name, {row.module: row for row in rows}))
