@@ -34,7 +34,7 @@ from pathlib import Path
 #: Debian's root of a cross target's libraries and headers (``libc6-dev-arm64-cross``: ``/usr/aarch64-linux-gnu``).
 CROSS_ROOT = Path("/usr")
 #: qemu-user's name for an architecture, where it is not the triple's own (``qemu-user``: ``qemu-aarch64`` …).
-QEMU_ARCH = {"arm64": "aarch64", "i386": "i386", "i486": "i386", "i586": "i386", "i686": "i386", "amd64": "x86_64"}
+QEMU_ARCH = {"arm64": "aarch64", "i486": "i386", "i586": "i386", "i686": "i386", "amd64": "x86_64"}
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ def parse_extras_option(text: str) -> list[str]:
     if text.strip() in ("", "none"):
         return []
     names: list[str] = []
-    for name in (e.strip() for e in text.split(",")):
-        names += list(RESIDUAL_EXTRAS) if name == "residual" else [name] if name else []
+    for name in filter(None, (e.strip() for e in text.split(","))):
+        names += RESIDUAL_EXTRAS if name == "residual" else [name]
     return names
 
 
