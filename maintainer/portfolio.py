@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
-    .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--combine K] [--default N] [--size 7]
-        [--allocator shipped|clang] [--sample-every 7] [-j 2]
-    .venv/bin/python -m maintainer.portfolio measure CORPUS [--split test] [--portfolio FILE] [--record] [-j 2]
+    .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--size-passes] [--combine K] [--default N]
+        [--size 7] [--allocator shipped|clang] [--sample-every 7] [-j 2]
+    .venv/bin/python -m maintainer.portfolio measure CORPUS [--split test] [--portfolio FILE] [--record]
+        [--allocator shipped|clang] [-j 2]
 
 The shipped portfolio: ``choose corpora/train -o OUT --wide --combine 4 --default 2 --size 10 -j 2``. A target with
-no scorers of its own (Cortex-M4's: ``--allocator clang --sample-every 1``) chooses among pass options with clang's
-allocator; its file goes into the target's directory of ``pretrained/`` (docs/targets.md).
+no scorers of its own (AArch64's, Cortex-M4's: ``--allocator clang --sample-every 1 --wide --size-passes``) chooses
+among pass options with clang's allocator; its candidates then name no policy (a build of that target serves none),
+and its file goes into the target's directory of ``pretrained/`` (docs/targets.md).
 
 Why: every channel of an unmodified clang-22 is nearly spent for C by the shipped allocator scorers, but
 which of a few nearby ways compiles a given object smallest is per-object luck a build can buy with
@@ -15,7 +17,8 @@ compile time (``OPTGYM_CANDIDATES``; :mod:`optgym.policies.portfolio`). ``choose
 that ships, from training modules only:
 
 1. the pool: the shipped scorer pair; the pair with each of ``research/levers.py``'s pass thresholds (passes
-   ``-Oz`` runs anyway) and, with ``--wide``, each of :data:`MORE_THRESHOLDS`; eight seeded perturbations of
+   ``-Oz`` runs anyway) and, with ``--wide``, each of :data:`MORE_THRESHOLDS`, with ``--size-passes`` each of
+   :data:`SIZE_PASSES` (passes LLVM has for size that ``-Oz`` leaves off); eight seeded perturbations of
    the shipped eviction scorer (each weight plus 0.3 · mean |w| · N(0, 1), seed 26) and eight of the
    priority scorer (0.1 · N(0, 1), the bias's ten times that, seed 27), each with the other shipped scorer;
 2. every pool entry compiles the fixed training sample (the corpus's C training modules by name, every 7th
@@ -83,6 +86,15 @@ MORE_THRESHOLDS: dict[str, tuple[str, ...]] = {
         "jump threading threshold 0": "-jump-threading-threshold=0",
     }.items()
 }
+#: ``--size-passes``: passes LLVM has for code size that clang's ``-Oz`` leaves off, each checked to be known to
+#: clang-22. Measured one by one on AArch64's C training modules (docs/experiments/2026-11-25-targets.md), the IR
+#: outliner and the merging of constant globals took 3.1 % and 1.4 % off the total, more than any threshold.
+SIZE_PASSES: dict[str, tuple[str, ...]] = {
+    "IR outliner": ("-mllvm", "-ir-outliner"),
+    "global merge of constants": ("-mllvm", "-enable-global-merge", "-mllvm", "-global-merge-on-const"),
+    "GVN hoisting": ("-mllvm", "-enable-gvn-hoist"),
+    "GVN sinking": ("-mllvm", "-enable-gvn-sink"),
+}
 #: The policies of a default optgym-cc build (the inliner's channel is open in C compiles too, answering
 #: clang's decisions there): measured with them, so the figures and ``optgym evaluate``'s share one cache.
 BUILD = [("inline-size", "pretrained"), *SHIPPED.items()]
@@ -116,18 +128,19 @@ def perturbed(problem: str, directory: Path) -> list[Path]:
 #: ``--allocator``: the register allocator's policies of every pool entry, and the prefix naming them.
 ALLOCATORS = {
     "shipped": (SHIPPED, "shipped scorers"),
-    "clang": ({"regalloc-evict": "heuristic", "regalloc-priority": "heuristic"}, "pass options alone"),
+    "clang": ({}, "pass options alone"),  # no policy named: clang's allocator, and a target with no scorers fits
 }
 
 
 def pool(
-    directory: Path, wide: bool = False, allocator: str = "shipped"
+    directory: Path, wide: bool = False, allocator: str = "shipped", size_passes: bool = False
 ) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
     """Every entry: name → (policies by problem, extra clang flags). With clang's allocator the first entry is
     clang's own compile, and no scorer is perturbed."""
     policies, prefix = ALLOCATORS[allocator]
     entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {prefix: (policies, ())}
-    for name, flags in {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {})}.items():
+    options = {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {}), **(SIZE_PASSES if size_passes else {})}
+    for name, flags in options.items():
         entries[f"{prefix}, {name}"] = (policies, flags)
     if allocator != "shipped":
         return entries
@@ -195,7 +208,7 @@ def choose(args: argparse.Namespace) -> int:
     if not sample:
         sys.exit(f"{args.corpus} has no C training modules")
     out = args.output
-    entries = pool(out / "pool", args.wide, args.allocator)
+    entries = pool(out / "pool", args.wide, args.allocator, args.size_passes)
     table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
     ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
     clang = {m: table[next(iter(entries))][m].heuristic_text for m in ok}
@@ -255,7 +268,8 @@ def measure(args: argparse.Namespace) -> int:
     print(f"{args.corpus} ({args.split}), {len(modules)} {portfolio.family} modules; portfolio {args.portfolio}")
     figures: list[dict] = []
     for count in range(1, len(portfolio.candidates) + 1):
-        rows = evaluate_portfolio(corpus, portfolio, count, modules, policies=BUILD, workers=args.workers)
+        build = BUILD if args.allocator == "shipped" else []  # a target that ships no policy serves none
+        rows = evaluate_portfolio(corpus, portfolio, count, modules, policies=build, workers=args.workers)
         rows = [r for r in rows if r.ok]
         clang = sum(r.heuristic_text or 0 for r in rows)
         text = sum(r.policy_text or 0 for r in rows)
@@ -310,6 +324,7 @@ def main() -> int:
     c.add_argument("-o", "--output", type=Path, required=True)
     c.add_argument("--size", type=int, default=7, help="compiles at most, clang's own included")
     c.add_argument("--wide", action="store_true", help="more pass options in the pool (MORE_THRESHOLDS)")
+    c.add_argument("--size-passes", action="store_true", help="passes for size -Oz leaves off, too (SIZE_PASSES)")
     c.add_argument(
         "--default",
         type=int,
@@ -335,6 +350,12 @@ def main() -> int:
     m.add_argument("--split", default="all", help="train | test | all")
     m.add_argument("--portfolio", type=Path, default=PRETRAINED_PORTFOLIO)
     m.add_argument("--record", action="store_true", help="write the figures into the portfolio file too")
+    m.add_argument(
+        "--allocator",
+        choices=sorted(ALLOCATORS),
+        default="shipped",
+        help="the build's policies: x86-64's shipped ones, or none (a target that ships none)",
+    )
     m.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
     return choose(args) if args.command == "choose" else measure(args)

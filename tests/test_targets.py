@@ -24,6 +24,7 @@ from optgym.corpus.embedded import corpus_from_sources
 from optgym.corpus.info import corpus_info
 from optgym.corpus.target import Target, module_triple
 from optgym.policies import resolve_policy
+from optgym.policies.portfolio import FORMAT
 from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
 from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
@@ -375,6 +376,46 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
     assert thinlto.lto_policy(["--target=aarch64-linux-gnu", "-flto=thin"]) == "heuristic"
 
 
+@pytest.mark.parametrize(
+    ("args", "driver", "expected"),
+    [
+        (["-Oz", "-c", "a.c"], "clang", True),
+        (["-Oz", "-c", "a.c", "b.c"], "clang", True),
+        (["-Oz", "-c", "a.cpp"], "clang", False),  # clang's C driver on C++ still compiles C++
+        (["-Oz", "-c", "a.c"], "clang++", False),
+        (["-x", "c", "-Oz", "-c", "a.inc"], "clang", True),
+        (["-xc++", "-Oz", "-c", "a.c"], "clang", False),
+        (["-x", "c++", "-x", "c", "-c", "a.h"], "clang", True),  # the last -x wins
+        (["-Oz", "-E", "-"], "clang", False),  # no source file named: not known to be C
+    ],
+)  # fmt: skip
+def test_the_launcher_knows_a_c_compile(args, driver, expected):
+    assert optgym_cc.compiles_c(args, driver) is expected
+
+
+def test_a_targets_portfolio_is_a_file_dropped_in(tmp_path, monkeypatch):
+    """A target's portfolio serves its C compiles: the build's (``OPTGYM_PORTFOLIO``), else the target's file, found
+    as its policies are (arch, then family); never for the host family (the server's default), nor for C++, nor when
+    the build asks for none."""
+    for variable in ("OPTGYM_PORTFOLIO", "OPTGYM_CANDIDATES"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(optgym_cc, "PRETRAINED_DIR", str(tmp_path))
+    m4, c = ("thumbv7em-none-eabi", "arm"), ["-Oz", "-c", "a.c"]
+    assert optgym_cc.target_portfolio(m4, c, "clang") is None
+    (tmp_path / "thumbv7em").mkdir()
+    (tmp_path / "thumbv7em" / optgym_cc.PORTFOLIO).write_text("{}")
+    (tmp_path / optgym_cc.PORTFOLIO).write_text("{}")
+    assert optgym_cc.target_portfolio(m4, c, "clang") == str(tmp_path / "thumbv7em" / optgym_cc.PORTFOLIO)
+    assert optgym_cc.target_portfolio(("thumbv6m-none-eabi", "arm"), c, "clang") is None  # Cortex-M0: not its file
+    assert optgym_cc.target_portfolio(("x86_64-linux-gnu", "x86_64"), c, "clang") is None
+    assert optgym_cc.target_portfolio(m4, ["-Oz", "-c", "a.cc"], "clang") is None
+    monkeypatch.setenv("OPTGYM_CANDIDATES", "0")
+    assert optgym_cc.target_portfolio(m4, c, "clang") is None
+    monkeypatch.setenv("OPTGYM_CANDIDATES", "1")
+    monkeypatch.setenv("OPTGYM_PORTFOLIO", "/elsewhere.json")
+    assert optgym_cc.target_portfolio(m4, c, "clang") == "/elsewhere.json"
+
+
 def compile_env(runtime: Path) -> dict[str, str]:
     """The environment of a build with the shipped policies (none of them chosen otherwise) and its own runtime
     directory: a fresh one is a new build, as far as optgym-cc's note is concerned."""
@@ -454,6 +495,40 @@ def test_a_triple_prefixed_optgym_cc_compiles_for_its_target(toolchain, tmp_path
                    cwd=tmp_path, check=True)  # fmt: skip
     assert e_machine(tmp_path / "p.o") == EM_AARCH64
     assert (tmp_path / "p.o").read_bytes() == (tmp_path / "c.o").read_bytes()
+
+
+def test_a_c_compile_for_a_target_with_a_portfolio_is_the_portfolios(toolchain, tmp_path):
+    """A Cortex-M4 C compile through optgym-cc, its target shipping no policy but a portfolio (here the build's,
+    ``OPTGYM_PORTFOLIO``): one candidate gives exactly clang's object with the first candidate's flags; two keep
+    clang's own where it is smaller (the flags here only pad functions to 64 bytes); nothing is said. A C++
+    compile of the same target is no portfolio's: clang's own object, with the note."""
+    case = BY_NAME["cortex-m4"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    padding = ["-mllvm", "-align-all-functions=6"]
+    portfolio = tmp_path / "portfolio-c.json"
+    candidates = [{"name": "padded", "flags": padding}, {"name": "clang"}]
+    portfolio.write_text(
+        json.dumps({"format": FORMAT, "family": "C", "candidates": candidates, "default_candidates": 2})
+    )
+    (tmp_path / "fanout.c").write_text(FANOUT_SOURCE)
+    (tmp_path / "fanout.cc").write_text(FANOUT_SOURCE)
+    env = {**compile_env(tmp_path / "run"), "OPTGYM_PORTFOLIO": str(portfolio), "OPTGYM_SERVER_IDLE": "2"}
+    flags = [f"--target={case.triple}", *case.flags, "-Oz", "-c"]
+    for name, extra in (("clang", []), ("padded", padding)):
+        subprocess.run([str(toolchain.clang), *flags, *extra, "fanout.c", "-o", f"{name}.o"], cwd=tmp_path, check=True)
+    assert (tmp_path / "padded.o").stat().st_size > (tmp_path / "clang.o").stat().st_size
+    for candidates, expected in (("1", "padded.o"), ("2", "clang.o")):
+        done = subprocess.run([CC, *flags, "fanout.c", "-o", f"cc{candidates}.o"], cwd=tmp_path, text=True,
+                              capture_output=True, env={**env, "OPTGYM_CANDIDATES": candidates})  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert (tmp_path / f"cc{candidates}.o").read_bytes() == (tmp_path / expected).read_bytes()
+    cxx = subprocess.run([CC.replace("optgym-cc", "optgym-c++"), *flags, "fanout.cc", "-o", "cxx.o"], cwd=tmp_path,
+                         text=True, capture_output=True, env=env)  # fmt: skip
+    assert cxx.returncode == 0 and "ships no policy for arm" in cxx.stderr
+    subprocess.run([str(toolchain.clang).replace("clang", "clang++"), *flags, "fanout.cc", "-o", "plain.o"],
+                   cwd=tmp_path, check=True)  # fmt: skip
+    assert (tmp_path / "cxx.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
 
 
 # -- cross builds through optgym-cc ------------------------------------------------------------------------------

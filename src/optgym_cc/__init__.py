@@ -16,8 +16,10 @@ never reaches the server.
 
 Policies are per target: a compile's policy is the one shipped for the target it compiles for (``--target=T``,
 ``-target T``, a triple-prefixed name such as ``aarch64-linux-gnu-optgym-cc``, else this machine's), and the
-shipped ones are x86-64's. A compile for a target with none is clang's own, and the build is told once
-(:func:`note_once`); see docs/targets.md.
+shipped policies are x86-64's. A target may ship a portfolio of pass options for C instead
+(``PRETRAINED_DIR/<arch or family>/portfolio-c.json``, :func:`target_portfolio`): its C compiles are then the
+portfolio's, clang deciding inlining and allocation. A compile for a target with neither is clang's own, and the
+build is told once (:func:`note_once`); see docs/targets.md.
 
 Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…;
 default ``pretrained``, the policy shipped in the package, or ``heuristic`` where none is shipped),
@@ -183,6 +185,36 @@ def target_policies(target: tuple[str, str]) -> tuple[list[tuple[str, str]], lis
         if spec != "heuristic":
             chosen.append((problem, spec))
     return chosen, missing
+
+
+#: The file of a target's portfolio for C (:mod:`optgym.policies.portfolio`): pass options chosen on that target's
+#: training modules (``python -m maintainer.portfolio choose --allocator clang``), beside its policies.
+PORTFOLIO = "portfolio-c.json"
+
+
+def target_portfolio(target: tuple[str, str], args: list[str], driver: str) -> str | None:
+    """The portfolio of a C compile for ``target`` when that target ships no policy: the build's
+    (``OPTGYM_PORTFOLIO``), else the one shipped for the target; none with ``OPTGYM_CANDIDATES=0``, and ``None``
+    for the host family, whose portfolio the server knows as its default."""
+    if target[1] == SHIPPED_FAMILY or os.environ.get("OPTGYM_CANDIDATES") == "0" or not compiles_c(args, driver):
+        return None
+    return os.environ.get("OPTGYM_PORTFOLIO") or shipped_policy(PORTFOLIO, target)
+
+
+def compiles_c(args: list[str], driver: str) -> bool:
+    """Whether a compile is of C: clang's C driver on ``-x c`` (the last ``-x`` wins), else on ``.c`` files."""
+    if driver != "clang":
+        return False
+    language = None
+    for i, arg in enumerate(args):
+        if arg == "-x" and i + 1 < len(args):
+            language = args[i + 1]
+        elif arg.startswith("-x") and len(arg) > 2:
+            language = arg[2:]
+    if language is not None:
+        return language == "c"
+    sources = operands(args)[0]
+    return bool(sources) and all(source.endswith(".c") for source in sources)
 
 
 def chosen_policies(target: tuple[str, str] | None = None) -> list[tuple[str, str]]:
@@ -468,6 +500,11 @@ def _main(driver: str) -> None:
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
     if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
+    if not policies and (portfolio := target_portfolio(target, args, driver)):
+        # the target ships pass options for C and no policy: the server compiles its portfolio with clang's own
+        # decisions (the inliner's "heuristic" names the server; no channel is opened)
+        os.environ["OPTGYM_PORTFOLIO"] = portfolio
+        policies, missing = [(CHANNELS[0][0], "heuristic")], []
     if missing:
         note_once(target[1], target[0], missing, args)
         if not policies:

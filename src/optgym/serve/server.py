@@ -315,6 +315,8 @@ class Server:
             candidates = () if backend else self._candidates(language, build, env)
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
+        if not candidates and all(s.spec == "heuristic" for s in served):  # a target's portfolio, not this compile's
+            return _plain(fds)
         flags: tuple[str, ...] = ()
         if candidates and not candidates[0].clashes_with(argv):  # the portfolio's first way is this compile
             flags, served = candidates[0].flags, self._policies_of(candidates[0], build, language)
