@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import _corpus
+from conftest import C_SOURCE, _corpus
 from typer.testing import CliRunner
 
 from maintainer import portfolio as portfolio_tool
@@ -383,16 +383,28 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
 
 
 def test_a_pool_with_clangs_allocator_holds_pass_options_only(tmp_path):
-    """``choose --allocator clang`` (a target with no scorers of its own): every entry keeps clang's allocator,
-    the first is clang's own compile, none is a perturbed scorer — and names shorten as the shipped pool's do."""
+    """``choose --allocator clang`` (a target with no scorers of its own): every entry names no policy (clang's
+    allocator, and a portfolio a target without scorers can serve), the first is clang's own compile, none is a
+    perturbed scorer — and names shorten as the shipped pool's do. ``--size-passes`` adds its passes."""
     entries = portfolio_tool.pool(tmp_path, wide=False, allocator="clang")
     first, *options = entries
-    assert entries[first] == ({"regalloc-evict": "heuristic", "regalloc-priority": "heuristic"}, ())
+    assert entries[first] == ({}, ())
     assert len(options) == len(PASS_OPTIONS) and all(flags for _, flags in (entries[n] for n in options))
     assert all(p == entries[first][0] for p, _ in entries.values()) and not any(tmp_path.iterdir())
     assert [portfolio_tool._short(n) for n in options] == list(PASS_OPTIONS)
     shipped = portfolio_tool.pool(tmp_path / "shipped")
     assert len(shipped) > len(PASS_OPTIONS) + 1  # the shipped pool perturbs its scorers too
+    wider = portfolio_tool.pool(tmp_path, allocator="clang", size_passes=True)
+    assert [portfolio_tool._short(n) for n in wider][len(entries) :] == list(portfolio_tool.SIZE_PASSES)
+
+
+@pytest.mark.parametrize("name", list(portfolio_tool.SIZE_PASSES))
+def test_every_size_pass_is_known_to_clang(name, toolchain, tmp_path):
+    """clang-22 takes each ``--size-passes`` option (an unknown ``-mllvm`` option is an error) and compiles."""
+    (tmp_path / "a.c").write_text(C_SOURCE)
+    done = subprocess.run([str(toolchain.clang), "-Oz", "-c", "a.c", *portfolio_tool.SIZE_PASSES[name]],
+                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_the_chooser_measures_an_entry_of_pass_options_alone_as_clang_with_them(port_corpus):

@@ -81,7 +81,8 @@ def test_portfolio_prefixes_and_pooled_total():
         assert row[1 + default["compiles"]].startswith(f"{default['total_ratio']:.4f}")
     # the sets outside the training list pooled by clang's bytes: the README's headline figure for C
     unseen = [m for name, m in portfolio["measured"].items() if not name.endswith("(test)")]
-    pooled = _rows(page, f"the {len(unseen)} sets outside the training list")[0]
+    sets = f"{len(unseen)} sets" if len(unseen) > 1 else "set"
+    pooled = _rows(page, f"the {sets} outside the training list")[0]
     clang = sum(m["clang_text_bytes"] for m in unseen)
     n = portfolio["default_candidates"]
     expected = sum(m["prefixes"][n - 1]["total_ratio"] * m["clang_text_bytes"] for m in unseen) / clang

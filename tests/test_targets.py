@@ -24,12 +24,13 @@ from optgym.corpus.embedded import corpus_from_sources
 from optgym.corpus.info import corpus_info
 from optgym.corpus.target import Target, module_triple
 from optgym.policies import resolve_policy
-from optgym.policies.portfolio import FORMAT
+from optgym.policies.portfolio import FORMAT, load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.problems import get_problem
 from optgym.problems.regalloc_evict import CANDIDATES, NOTHING
 from optgym.rollout import plain_compile, rollout
 from optgym.rollout.rollout import DecisionPoint
+from optgym.toolchain import object_sizes
 
 BIN = Path(sys.executable).parent
 CC = str(BIN / "optgym-cc")
@@ -529,6 +530,33 @@ def test_a_c_compile_for_a_target_with_a_portfolio_is_the_portfolios(toolchain, 
     subprocess.run([str(toolchain.clang).replace("clang", "clang++"), *flags, "fanout.cc", "-o", "plain.o"],
                    cwd=tmp_path, check=True)  # fmt: skip
     assert (tmp_path / "cxx.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
+
+
+@pytest.mark.parametrize("name", ["aarch64", "cortex-m4"])
+def test_a_targets_shipped_portfolio_serves_its_c_compiles_by_default(name, toolchain, tmp_path):
+    """The portfolio shipped for AArch64 and for Cortex-M4 names no policy, has its measured figures, and is what a
+    default build (no ``OPTGYM_CANDIDATES``) compiles a C file of that target with: clang with the first candidate's
+    options (a second candidate, clang's own, keeps the smaller object)."""
+    case = BY_NAME[name]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    target = (case.triple, optgym_cc.arch_family(case.triple.split("-")[0]))
+    path = optgym_cc.shipped_policy(optgym_cc.PORTFOLIO, target)
+    assert path is not None
+    portfolio = load_portfolio(path)
+    assert portfolio.family == "C" and all(not c.policies for c in portfolio.candidates)
+    assert portfolio.applies_to([("inline-size", "heuristic")]) and json.loads(Path(path).read_text())["measured"]
+    (tmp_path / "fanout.c").write_text(FANOUT_SOURCE)
+    env = {**compile_env(tmp_path / "run"), "OPTGYM_SERVER_IDLE": "2"}
+    env.pop("OPTGYM_CANDIDATES")
+    flags = [f"--target={case.triple}", *case.flags, "-Oz", "-c", "fanout.c"]
+    done = subprocess.run([CC, *flags, "-o", "cc.o"], cwd=tmp_path, text=True, capture_output=True, env=env)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    objects = []
+    for i, candidate in enumerate(portfolio.first(portfolio.default_count)):
+        subprocess.run([str(toolchain.clang), *flags, *candidate.flags, "-o", f"{i}.o"], cwd=tmp_path, check=True)
+        objects.append((object_sizes(tmp_path / f"{i}.o").text_bytes, i))
+    assert (tmp_path / "cc.o").read_bytes() == (tmp_path / f"{min(objects)[1]}.o").read_bytes()
 
 
 # -- cross builds through optgym-cc ------------------------------------------------------------------------------

@@ -458,16 +458,20 @@ def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
     raise OSError(f"the policy server did not answer within 60 s (log: {path[: -len('.sock')]}.log)")
 
 
-def serve_request(clang: str, args: list[str], policies: list[tuple[str, str]], thinlto: bool = False) -> dict:
+def serve_request(
+    clang: str, args: list[str], policies: list[tuple[str, str]], thinlto: bool = False, portfolio: bool = False
+) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
     and wait for its one reply, read to the end of the connection. ``thinlto``: the compile is a ThinLTO
-    backend of a link (:mod:`optgym_cc.thinlto`)."""
+    backend of a link (:mod:`optgym_cc.thinlto`); ``portfolio``: it is sent only for its target's portfolio
+    (:func:`target_portfolio`), so one the portfolio does not take is clang's own."""
     import _socket
     import marshal
 
     sock = _connect(policies, clang)
     message = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
-    request = marshal.dumps(message | {"thinlto": True} if thinlto else message)
+    message |= {name: True for name, given in (("thinlto", thinlto), ("portfolio", portfolio)) if given}
+    request = marshal.dumps(message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
     sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     chunks = []
@@ -500,11 +504,12 @@ def _main(driver: str) -> None:
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
     if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
+    portfolio_only = False
     if not policies and (portfolio := target_portfolio(target, args, driver)):
         # the target ships pass options for C and no policy: the server compiles its portfolio with clang's own
         # decisions (the inliner's "heuristic" names the server; no channel is opened)
         os.environ["OPTGYM_PORTFOLIO"] = portfolio
-        policies, missing = [(CHANNELS[0][0], "heuristic")], []
+        policies, missing, portfolio_only = [(CHANNELS[0][0], "heuristic")], [], True
     if missing:
         note_once(target[1], target[0], missing, args)
         if not policies:
@@ -512,7 +517,7 @@ def _main(driver: str) -> None:
     policy = " + ".join(spec if problem == CHANNELS[0][0] else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        reply = serve_request(clang, args, policies)
+        reply = serve_request(clang, args, policies, portfolio=portfolio_only)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if reply.get("warning"):

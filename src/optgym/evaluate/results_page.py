@@ -177,7 +177,8 @@ def _candidates(training: dict[str, Any]) -> list[str]:
     ]
 
 
-def _portfolio(portfolio: dict[str, Any]) -> list[str]:
+def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
+    """The section of one portfolio: x86-64's, or (``target``: its directory's name) another target's."""
     chosen = portfolio["chosen_on"]
     training = {f["candidate"]: f for f in chosen["figures"]}
     rows = []
@@ -186,8 +187,9 @@ def _portfolio(portfolio: dict[str, Any]) -> list[str]:
         figure = f"{_ratio(f['alone'])} alone" if "alone" in f else _ratio(f.get("best_of"))
         flags = " ".join(c.get("flags", [])) or "—"
         rows.append([n, c["name"], f"`{flags}`" if c.get("flags") else flags, figure])
+    where = f"{target}/{PORTFOLIO}" if target else PORTFOLIO
     out = [
-        f"## The C portfolio (`{PORTFOLIO}`)",
+        f"## The C portfolio for {target} (`{where}`)" if target else f"## The C portfolio (`{where}`)",
         "",
         f"A C object is compiled by the first N candidates and the smallest object kept; a default build compiles "
         f"N = {portfolio['default_candidates']} (`OPTGYM_CANDIDATES`). Chosen on {chosen['modules']} modules of "
@@ -215,7 +217,8 @@ def _portfolio(portfolio: dict[str, Any]) -> list[str]:
             for i in range(min(len(m["prefixes"]) for m in unseen))
         ]
         modules = sum(m["prefixes"][0]["modules"] for m in unseen)
-        rows.append([f"the {len(unseen)} sets outside the training list", modules, *pooled])
+        sets = f"{len(unseen)} sets" if len(unseen) > 1 else "set"
+        rows.append([f"the {sets} outside the training list", modules, *pooled])
     out += [
         "Berkeley text against clang-22 `-Oz` with the first N candidates (`maintainer/portfolio.py measure --record`; "
         "`CORPUS (test)` is that corpus's held-out split):",
@@ -246,7 +249,8 @@ def _portfolio(portfolio: dict[str, Any]) -> list[str]:
 
 
 def results_page(directory: Path = PRETRAINED_DIR) -> str:
-    """The Markdown of ``docs/results.md`` from the provenance files and the portfolio in ``directory``."""
+    """The Markdown of ``docs/results.md`` from the provenance files and the portfolios in ``directory`` (x86-64's,
+    and each other target's in its own subdirectory)."""
     provenances = _provenances(directory)
     portfolio_path = directory / PORTFOLIO
     portfolio = json.loads(portfolio_path.read_text()) if portfolio_path.is_file() else None
@@ -265,6 +269,11 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
         *_shipped(provenances, portfolio),
         *_unseen(provenances),
         *(_portfolio(portfolio) if portfolio else []),
+        *(
+            line
+            for path in sorted(directory.glob(f"*/{PORTFOLIO}"))
+            for line in _portfolio(json.loads(path.read_text()), path.parent.name)
+        ),
         *_per_policy(provenances),
     ]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -315,7 +315,7 @@ class Server:
             candidates = () if backend else self._candidates(language, build, env)
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
-        if not candidates and all(s.spec == "heuristic" for s in served):  # a target's portfolio, not this compile's
+        if not candidates and request.get("portfolio"):  # sent for a target's portfolio, which this compile is not
             return _plain(fds)
         flags: tuple[str, ...] = ()
         if candidates and not candidates[0].clashes_with(argv):  # the portfolio's first way is this compile
