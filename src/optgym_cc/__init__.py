@@ -469,7 +469,7 @@ def serve_request(
     import marshal
 
     sock = _connect(policies, clang)
-    message = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
+    message: dict[str, object] = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
     message |= {name: True for name, given in (("thinlto", thinlto), ("portfolio", portfolio)) if given}
     request = marshal.dumps(message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
