@@ -269,8 +269,8 @@ def measure(args: argparse.Namespace) -> int:
         sys.exit(f"{args.corpus} has no {portfolio.family} modules on the {args.split} side")
     print(f"{args.corpus} ({args.split}), {len(modules)} {portfolio.family} modules; portfolio {args.portfolio}")
     figures: list[dict] = []
+    build = BUILD if args.allocator == "shipped" else []  # a target that ships no policy serves none
     for count in range(1, len(portfolio.candidates) + 1):
-        build = BUILD if args.allocator == "shipped" else []  # a target that ships no policy serves none
         rows = evaluate_portfolio(corpus, portfolio, count, modules, policies=build, workers=args.workers)
         rows = [r for r in rows if r.ok]
         clang = sum(r.heuristic_text or 0 for r in rows)

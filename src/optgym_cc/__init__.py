@@ -202,7 +202,11 @@ def target_portfolio(target: tuple[str, str], args: list[str], driver: str) -> s
 
 
 def compiles_c(args: list[str], driver: str) -> bool:
-    """Whether a compile is of C: clang's C driver on ``-x c`` (the last ``-x`` wins), else on ``.c`` files."""
+    """Whether a compile is of C: clang's C driver on ``-x c`` (the last ``-x`` wins), else on ``.c`` files.
+
+    A launcher's first look, importing nothing of optgym: the server decides the language again
+    (:func:`optgym.toolchain.language.driver_language`) and compiles plainly what its portfolio does not take.
+    Here it keeps C++ compiles of a target away from the server and gives them the note."""
     if driver != "clang":
         return False
     language = None
@@ -459,18 +463,18 @@ def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
 
 
 def serve_request(
-    clang: str, args: list[str], policies: list[tuple[str, str]], thinlto: bool = False, portfolio: bool = False
+    clang: str, args: list[str], policies: list[tuple[str, str]], thinlto: bool = False, portfolio: str | None = None
 ) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
     and wait for its one reply, read to the end of the connection. ``thinlto``: the compile is a ThinLTO
-    backend of a link (:mod:`optgym_cc.thinlto`); ``portfolio``: it is sent only for its target's portfolio
-    (:func:`target_portfolio`), so one the portfolio does not take is clang's own."""
+    backend of a link (:mod:`optgym_cc.thinlto`); ``portfolio``: the file of its target's portfolio, for which
+    alone it is sent (:func:`target_portfolio`), so a compile that portfolio does not take is clang's own."""
     import _socket
     import marshal
 
     sock = _connect(policies, clang)
     message: dict[str, object] = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
-    message |= {name: True for name, given in (("thinlto", thinlto), ("portfolio", portfolio)) if given}
+    message |= ({"thinlto": True} if thinlto else {}) | ({"portfolio": portfolio} if portfolio else {})
     request = marshal.dumps(message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
     sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
@@ -504,12 +508,11 @@ def _main(driver: str) -> None:
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
     if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
-    portfolio_only = False
-    if not policies and (portfolio := target_portfolio(target, args, driver)):
+    portfolio = None if policies else target_portfolio(target, args, driver)
+    if portfolio:
         # the target ships pass options for C and no policy: the server compiles its portfolio with clang's own
         # decisions (the inliner's "heuristic" names the server; no channel is opened)
-        os.environ["OPTGYM_PORTFOLIO"] = portfolio
-        policies, missing, portfolio_only = [(CHANNELS[0][0], "heuristic")], [], True
+        policies, missing = [(CHANNELS[0][0], "heuristic")], []
     if missing:
         note_once(target[1], target[0], missing, args)
         if not policies:
@@ -517,7 +520,7 @@ def _main(driver: str) -> None:
     policy = " + ".join(spec if problem == CHANNELS[0][0] else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        reply = serve_request(clang, args, policies, portfolio=portfolio_only)
+        reply = serve_request(clang, args, policies, portfolio=portfolio)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if reply.get("warning"):

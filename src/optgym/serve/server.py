@@ -312,10 +312,10 @@ class Server:
         try:
             below = None if backend else guard_below(env, DEFAULT_GUARD_BELOW)  # every served compile: see the bound
             build = [(s.problem.name, s.spec) for s in served]  # this compile's (problem, spec) pairs
-            candidates = () if backend else self._candidates(language, build, env)
+            candidates = () if backend else self._candidates(language, build, env, request.get("portfolio"))
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
-        if not candidates and request.get("portfolio"):  # sent for a target's portfolio, which this compile is not
+        if not candidates and request.get("portfolio"):  # sent for its target's portfolio, which does not take it
             return _plain(fds)
         flags: tuple[str, ...] = ()
         if candidates and not candidates[0].clashes_with(argv):  # the portfolio's first way is this compile
@@ -364,14 +364,16 @@ class Server:
             os.close(stderr_fd)
 
     def _candidates(
-        self, language: str, build: Sequence[tuple[str, str]], env: dict[str, str]
+        self, language: str, build: Sequence[tuple[str, str]], env: dict[str, str], target: str | None = None
     ) -> tuple[Candidate, ...]:
         """The portfolio's candidates for this compile: none unless it is of the portfolio's language and its
-        deciding policies are the portfolio's own (a build that chose other policies gets what it chose)."""
+        deciding policies are the portfolio's own (a build that chose other policies gets what it chose). The
+        portfolio is ``target``'s file (the launcher's, for a target that ships one), else the build's or the
+        shipped one."""
         count = candidate_count(env)
         if count == 0:
             return ()
-        path = env.get("OPTGYM_PORTFOLIO") or str(PRETRAINED_PORTFOLIO)
+        path = target or env.get("OPTGYM_PORTFOLIO") or str(PRETRAINED_PORTFOLIO)
         portfolio = self.portfolios.get(path)
         if portfolio is None:
             try:
