@@ -27,7 +27,7 @@ from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Normalizer, Vocab, VocabError, build_vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
-from optgym.train.es import ESConfig, direction_fitness, loss_weighted, train_es
+from optgym.train.es import ESConfig, direction_fitness, loss_weighted, shape, train_es
 from optgym.train.run import read_config
 from optgym.train.sb3 import SB3Config, train_sb3
 from optgym.train.trace import TraceError, read_meta, read_modules, sample_modules, trace
@@ -291,3 +291,15 @@ def test_total_fitness_follows_the_bytes_where_the_mean_follows_the_modules():
     assert direction_fitness(small_win, "total", 0.0) < direction_fitness(big_win, "total", 0.0)
     assert direction_fitness(big_win, "total", 0.0) == pytest.approx(144 / 30_300)
     assert direction_fitness(big_win, "total", 1.0) == pytest.approx(138 / 30_300)
+
+
+def test_rank_shaping_keeps_one_disastrous_direction_from_drowning_the_others():
+    """Direction 0 saves a little either way round; direction 1's ``+`` side inlines far too much. Raw
+    fitnesses give direction 1's difference 500 times direction 0's weight; centered ranks bound every
+    difference by 1, so direction 0 still counts."""
+    raw = [0.012, 0.010, -5.0, 0.011]  # (F⁺₀, F⁻₀, F⁺₁, F⁻₁)
+    ranks = shape(raw, "rank")
+    assert sorted(ranks) == pytest.approx([-0.5, -1 / 6, 1 / 6, 0.5]) and ranks.sum() == pytest.approx(0.0)
+    assert abs(raw[2] - raw[3]) > 100 * abs(raw[0] - raw[1])
+    assert abs(ranks[2] - ranks[3]) <= 1.0 and ranks[0] - ranks[1] > 0
+    assert list(shape(raw, "none")) == raw

@@ -439,10 +439,14 @@ def demo(
     ] = False,
     workers: Workers = None,
 ) -> None:
-    """The whole pipeline on real code: Debian's demo packages → split → trace → vocab → BC → ES → evaluation."""
+    """Learning on real code: Debian's demo packages → split → ES → evaluation on a package it never saw.
+
+    The learner is ES over an allowance above clang's inline threshold (optgym.policies.allowance), started
+    from clang's own decisions; the held-out package is C++, where inlining has something to win."""
     import subprocess
     import time
 
+    from optgym.corpus.debian import DEMO_HELD_OUT, PRESETS
     from optgym.problems import problem_class
     from optgym.toolchain import find_toolchain
 
@@ -452,19 +456,17 @@ def demo(
         _bundled_demo(output)
         return
     jobs = ["-j", str(workers)] if workers else []
-    corpus, trace, vocab, bc, es, report = (output / n for n in ("corpus", "trace", "vocab.json", "bc", "es", "report"))
+    corpus, es, report = (output / n for n in ("corpus", "es", "report"))
+    gates = "default,cxx"  # the ladder, and the language: the training side has both
     steps = [
-        ("corpus: Debian packages zlib, cmark, graphite2 (built with clang-22 -Oz, bitcode embedded)",
+        (f"corpus: Debian packages {', '.join(PRESETS['demo'])} (built with clang-22 -Oz, bitcode embedded)",
          ["corpus", "debian", "--preset", "demo", "-o", str(corpus), *jobs]),
-        ("split: hold out one package", ["corpus", "split", str(corpus), "--test-percent", "34", "--seed", "0"]),
-        ("trace: the heuristic's decisions on the train split",
-         ["trace", "--corpus", str(corpus), "--split", "train", "-o", str(trace), *jobs]),
-        ("vocab: per-feature quantiles", ["vocab", str(trace), "-o", str(vocab)]),
-        ("behavioral cloning", ["train", "bc", "--trace", str(trace), "--vocab", str(vocab), "-o", str(bc), *jobs]),
-        ("evolution strategies from the BC policy",
-         ["train", "es", "--corpus", str(corpus), "--split", "train", "--warmstart", str(bc), "--iterations", "6",
-          "--directions", "4", "--modules-per-iteration", "16", "-o", str(es), *jobs]),
-        ("evaluation on the held-out package",
+        (f"split: hold out {DEMO_HELD_OUT}", ["corpus", "split", str(corpus), "--test-groups", DEMO_HELD_OUT]),
+        ("evolution strategies: an allowance over clang's inline threshold, learned from clang's own decisions",
+         ["train", "es", "--corpus", str(corpus), "--split", "train", "--allowance", gates, "--iterations", "6",
+          "--directions", "4", "--modules-per-iteration", "16", "--sigma", "0.1", "--learning-rate", "0.05",
+          "--fitness", "total", "--loss-weight", "1", "--shaping", "rank", "--no-final-eval", "-o", str(es), *jobs]),
+        (f"evaluation on the held-out package ({DEMO_HELD_OUT}), against clang's own -Oz",
          ["evaluate", "--policy", str(es), "--corpus", str(corpus), "--split", "test", "-o", str(report), *jobs]),
     ]  # fmt: skip
     start = time.monotonic()

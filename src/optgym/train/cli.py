@@ -308,6 +308,16 @@ def _rerun(algorithm: str, options: dict, target: Path) -> None:
         train_sb3(SB3Config(**{**options, "output": str(target), "algorithm": algorithm}), say=console.print)
 
 
+def _allowance_gates(option: str | None) -> list[str]:
+    """``--allowance`` → the gate names (``default``, alone or among others, is the ladder; none: no allowance)."""
+    from optgym.policies.allowance import DEFAULT_GATES
+
+    names: list[str] = []
+    for name in (g.strip() for g in (option or "").split(",") if g.strip()):
+        names += DEFAULT_GATES if name == "default" else [name]
+    return names
+
+
 @train_app.command("es")
 def es_command(
     corpus: RunCorpus = None,
@@ -343,6 +353,16 @@ def es_command(
     scorer_hidden: Annotated[
         int, typer.Option(help="widen a linear candidate scorer by N hidden units (a residual scorer) first")
     ] = 0,
+    shaping: Annotated[
+        str, typer.Option(help="none: raw fitnesses | rank: centered ranks (one disaster cannot drown the rest)")
+    ] = "none",
+    allowance: Annotated[
+        str | None,
+        typer.Option(
+            help="learn only an allowance over clang's inline threshold, gated by these 0/1 inputs "
+            "(comma-separated at_most:F:K, at_least:F:K, cxx; 'default': optgym.policies.allowance's ladder)"
+        ),
+    ] = None,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
@@ -367,7 +387,7 @@ def es_command(
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
                        language=language, loss_weight=loss_weight, fitness=fitness,
                        companions=[list(pair) for pair in parse_companions(with_)],
-                       scorer_hidden=scorer_hidden)  # fmt: skip
+                       scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

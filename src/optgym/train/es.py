@@ -40,6 +40,7 @@ from optgym.corpus.portable import PortableModule, local_module, portable_module
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies import PolicyFactory
+from optgym.policies.allowance import allowance_policy, describe, trainable
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
@@ -89,6 +90,10 @@ class ESConfig:
     #: widen a linear candidate scorer (the start, or a linear warm start) by this many hidden units before
     #: training: a :class:`~optgym.policies.scorer.ResidualScorer` that starts with the linear one's decisions
     scorer_hidden: int = 0
+    #: train an allowance over clang's inline threshold (:mod:`optgym.policies.allowance`) gated by these
+    #: derived inputs, from clang's own decisions: ES perturbs only the gates' weights and the bias
+    allowance: list[str] = field(default_factory=list)
+    shaping: str = "none"  # "rank": centered ranks of the directions' fitnesses (SHAPING)
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,23 @@ def direction_fitness(outcomes: list[dict[str, Any]], fitness: str, loss_weight:
     return float(np.mean([loss_weighted(r["reward"], loss_weight) for r in outcomes]))
 
 
+#: How the directions' fitnesses are turned into the weights of their perturbations (``--shaping``).
+SHAPING = ("none", "rank")
+
+
+def shape(fitness: list[float], shaping: str) -> np.ndarray:
+    """The fitnesses as they weigh their perturbations: as they are (``"none"``), or as centered ranks in
+    ``[-½, ½]`` (``"rank"``, OpenAI's ES). Why ranks: one perturbation that inlines far too much makes a
+    batch several percent larger, and its raw fitness then outweighs every other direction's — the step
+    flees that one disaster, and the good directions' signal is lost. A rank only says which was worse."""
+    values = np.asarray(fitness, dtype=np.float64)
+    if shaping == "none" or values.size < 2:
+        return values
+    ranks = np.empty(values.size)
+    ranks[np.argsort(values, kind="stable")] = np.arange(values.size)
+    return ranks / (values.size - 1) - 0.5
+
+
 class Adam:
     """Adam for gradient *ascent* on a flat vector; its state is three arrays and a step count."""
 
@@ -184,14 +206,18 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         raise RunError(f"--language {cfg.language!r}: C or C++")
     if cfg.fitness not in FITNESS:
         raise RunError(f"--fitness {cfg.fitness!r}: one of {', '.join(FITNESS)}")
+    if cfg.shaping not in SHAPING:
+        raise RunError(f"--shaping {cfg.shaping!r}: one of {', '.join(SHAPING)}")
     if cfg.scorer_hidden < 0:
         raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
         raise RunError(f"--scorer-hidden widens a linear candidate scorer; {cfg.problem}'s policy is not one")
+    if cfg.allowance and (scored or cfg.warmstart):
+        raise RunError("--allowance starts from clang's own inline decisions: no --warmstart, inline-size only")
     if not resume:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)  # type: ignore[arg-type]
-        if not scored:
+        if not scored and not cfg.allowance:  # an allowance reads no normalized feature: no vocab
             cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
     corpus = [m for m in Corpus(cfg.corpus, split=cfg.split) if cfg.language in (None, m.family)]
     if not corpus:  # before the run directory exists: a refused run leaves nothing behind
@@ -221,6 +247,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             policy = load_policy_dir(found)
         elif scored:
             policy = CandidateScorer.initial(cfg.problem)
+        elif cfg.allowance:
+            policy = allowance_policy(cfg.allowance, cfg.problem)
         else:
             policy = MLPPolicy.initial(Vocab.load(cfg.vocab), cfg.hidden, seed=cfg.seed, problem=cfg.problem)  # type: ignore[arg-type]
         if cfg.scorer_hidden and not isinstance(policy, ResidualScorer):
@@ -232,6 +260,9 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         theta = policy.parameters()
         adam = Adam(theta.size, cfg.learning_rate)
         iteration = 0
+
+    # what ES perturbs: every parameter, or an allowance's gates and bias
+    mask = trainable(policy) if cfg.allowance else np.ones(theta.size)  # type: ignore[arg-type]
 
     def save(it: int, th: np.ndarray) -> None:
         def fill(tmp: Path) -> None:
@@ -257,7 +288,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         batch = modules
         if cfg.modules_per_iteration and cfg.modules_per_iteration < len(modules):
             batch = sorted(rng.choice(modules, cfg.modules_per_iteration, replace=False).tolist())
-        eps = rng.standard_normal((cfg.directions, theta.size))
+        eps = rng.standard_normal((cfg.directions, theta.size)) * mask
         tasks = [
             ESTask(cfg.problem, sources[m], m, shipped, (theta + sign * cfg.sigma * eps[i]).astype(np.float32),
                    cfg.timeout, (i, sign), with_policies)
@@ -270,22 +301,25 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         elapsed = time.perf_counter() - start
 
         # fitness per direction, over the modules that compiled both ways
-        grad = np.zeros_like(theta)
-        fitness, rewards, sizes, heuristic = [], [], 0, 0
+        pairs: list[tuple[int, float, float]] = []  # (direction, F⁺, F⁻)
+        rewards, sizes, heuristic = [], 0, 0
         for i in range(cfg.directions):
             plus, minus = results.get((i, 1), {}), results.get((i, -1), {})
             both = [m for m in batch if "reward" in plus.get(m, {}) and "reward" in minus.get(m, {})]
             failures += sum(1 for side in (plus, minus) for r in side.values() if "reward" not in r)
             if not both:
                 continue
-            f_plus = direction_fitness([plus[m] for m in both], cfg.fitness, cfg.loss_weight)
-            f_minus = direction_fitness([minus[m] for m in both], cfg.fitness, cfg.loss_weight)
-            grad += (f_plus - f_minus) * eps[i]
-            fitness += [f_plus, f_minus]
+            pairs.append((i, direction_fitness([plus[m] for m in both], cfg.fitness, cfg.loss_weight),
+                          direction_fitness([minus[m] for m in both], cfg.fitness, cfg.loss_weight)))  # fmt: skip
             for side in (plus, minus):
                 rewards += [side[m]["reward"] for m in both]
                 sizes += sum(side[m]["text_bytes"] for m in both)
                 heuristic += sum(side[m]["heuristic_text_bytes"] for m in both)
+        fitness = [f for _, f_plus, f_minus in pairs for f in (f_plus, f_minus)]
+        shaped = shape(fitness, cfg.shaping)
+        grad = np.zeros_like(theta)
+        for k, (i, _, _) in enumerate(pairs):
+            grad += (shaped[2 * k] - shaped[2 * k + 1]) * eps[i]
         grad /= 2 * cfg.directions * cfg.sigma
         theta = adam.step(theta, grad)
 
@@ -311,7 +345,10 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         if iteration % cfg.snapshot_every == 0 or iteration == cfg.iterations:
             save(iteration, theta)
     writer.close()
-    policy.with_parameters(theta).save(run / "final" / "policy")
+    policy = policy.with_parameters(theta)
+    policy.save(run / "final" / "policy")
+    if cfg.allowance:
+        say("allowance learned: " + ", ".join(f"{name} {w:+.3f}" for name, w in describe(policy)))  # type: ignore[arg-type]
     head = {"algorithm": "es", "iterations": cfg.iterations, "directions": cfg.directions}
     return evaluate_final(run, cfg.corpus, cfg.split, head, enabled=cfg.final_eval, workers=cfg.workers,
                           timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
@@ -326,11 +363,13 @@ def config_from_run(path: Path) -> ESConfig:
 
 __all__ = [
     "FITNESS",
+    "SHAPING",
     "Adam",
     "ESConfig",
     "config_from_run",
     "direction_fitness",
     "es_rollout",
     "loss_weighted",
+    "shape",
     "train_es",
 ]

@@ -1,0 +1,107 @@
+"""A learned allowance over clang's inline threshold: a small policy family that ES can actually train.
+
+Why a family of its own: a network that reads all of clang's features and starts at clang's answers
+flips almost no decision under a small perturbation, and a less sure one inlines everywhere at once
+and makes modules 6–60 % larger (docs/experiments/2026-11-25-learned-inliner.md). Single-flip
+searches, though, keep finding the same kind of gain at ``-Oz``: call sites whose cost is *just above*
+clang's threshold, where inlining lets the callee's last copy go. So the learned part here is only how
+far above the threshold a call site may be and still be inlined, per call site::
+
+    inline  ⇔  4·h + m + a(x) > 0,    a(x) = b + Σ_j w_j · g_j(x)
+
+``h`` is clang's own answer and ``m = sign(t − c)·log1p(|t − c|)/8`` the margin of the threshold ``t``
+over the cost estimate ``c`` (:mod:`optgym.problems.inputs`). Where clang says no (``h = 0``, ``m ≤ 0``),
+the call site is inlined when its cost is within ``exp(8·a) − 1`` of the threshold; where clang says yes
+the ``4`` keeps it, unless ``a`` falls far below zero. ``g_j`` are 0/1 gates on clang's raw features
+(``at_most:callee_users:2`` …). The gates are a fixed ladder of bounds, a basis like a histogram's
+bins; the weights ``w`` and ``b`` are what training sets, and at ``w = 0, b = 0`` the policy is clang's.
+
+It is an ordinary :class:`~optgym.policies.mlp.MLPPolicy` with no hidden layer whose weights on the
+normalized features are zero (so it skips the normalizer, serves in ~20 µs, and exports to ONNX like any
+policy). :func:`trainable` names the parameters ES perturbs: the gates' weights and the bias, a dozen
+numbers, not the whole first layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from optgym.errors import OptgymError
+from optgym.policies.mlp import MLPPolicy
+from optgym.problems import get_problem
+from optgym.problems.inputs import HEURISTIC_INPUT, parse_extras
+from optgym.problems.normalize import PER_FEATURE, Vocab
+
+MARGIN_INPUT = "margin:threshold-cost_estimate"
+#: The start's weight on clang's answer: larger than any margin plus a small allowance, so an allowance
+#: near zero adds inlines and never withdraws one of clang's.
+HEURISTIC_WEIGHT = 4.0
+#: The default ladder of gates: callee users (a callee inlining can delete), ``available_externally``
+#: (an ``extern template`` member, never deleted), module size in functions, callee size in blocks, and
+#: constant arguments (the callee's body folds). Bounds are powers of two or four, a basis spread over
+#: each feature's range, not values tuned on any corpus. Each gate is the *rarer* side of its feature:
+#: a gate that holds almost everywhere is the bias under another name, and ES's per-parameter steps
+#: then move the bias several times over — the first AArch64 run (docs/experiments) sank every
+#: allowance below zero that way, where no perturbation changes a decision and learning stops. For the
+#: same reason ``cxx`` is left out: add it when training on both languages at once.
+DEFAULT_GATES = (
+    "at_most:callee_users:1",
+    "at_most:callee_users:2",
+    "at_most:callee_users:4",
+    "at_least:is_callee_avail_external:1",
+    "at_least:node_count:64",
+    "at_least:node_count:256",
+    "at_most:callee_basic_block_count:1",
+    "at_most:callee_basic_block_count:4",
+    "at_least:nr_ctant_params:1",
+)
+
+
+class AllowanceError(OptgymError):
+    """An allowance policy asked for with gates that are not 0/1 inputs of the problem's features."""
+
+
+def allowance_policy(gates: Sequence[str] = DEFAULT_GATES, problem: str = "inline-size") -> MLPPolicy:
+    """The family's start: clang's decisions (``w = 0``, ``b = 0``), the gates as its derived inputs."""
+    decided = get_problem(problem)
+    features = [s.name for s in decided.expected_features() if s.name not in decided.hidden_features]
+    for name in ("threshold", "cost_estimate"):
+        if name not in features:
+            raise AllowanceError(f"an allowance needs clang's {name!r} feature, which {problem} does not send")
+    if not gates:
+        raise AllowanceError("an allowance needs at least one gate")
+    vocab = Vocab({name: [0.0] for name in features}, problem=problem)  # the normalized features get zero weight
+    extras = [HEURISTIC_INPUT, MARGIN_INPUT, *gates]
+    parsed = parse_extras(extras, features)
+    if any(kind in (HEURISTIC_INPUT, "margin") for kind, _, _ in parsed[2:]):
+        raise AllowanceError(f"gates are 0/1 inputs (at_most:F:K, at_least:F:K, cxx), not {list(gates)}")
+    width = len(features) * PER_FEATURE
+    weights = np.zeros((width + len(extras), 2))
+    weights[width, 1] = HEURISTIC_WEIGHT
+    weights[width + 1, 1] = 1.0
+    return MLPPolicy([(weights, np.zeros(2))], vocab, problem=problem, extras=extras)
+
+
+def trainable(policy: MLPPolicy) -> np.ndarray:
+    """A 0/1 mask over :meth:`MLPPolicy.parameters`: the gates' weights on the inline logit, and its bias."""
+    if policy.hidden or policy.extras[:2] != [HEURISTIC_INPUT, MARGIN_INPUT]:
+        raise AllowanceError("not an allowance policy: no hidden layer, inputs heuristic and margin, then gates")
+    ((weights, _bias),) = policy.weights
+    mask_w, mask_b = np.zeros_like(weights), np.zeros(2)
+    mask_w[policy.normalizer.width + 2 :, 1] = 1.0
+    mask_b[1] = 1.0
+    return np.concatenate([mask_w.ravel(), mask_b])
+
+
+def describe(policy: MLPPolicy) -> list[tuple[str, float]]:
+    """``(input, weight)`` of the allowance's bias and gates: what a trained policy learned, to print."""
+    ((weights, bias),) = policy.weights
+    width = policy.normalizer.width
+    return [("bias", float(bias[1]))] + [
+        (gate, float(weights[width + 2 + i, 1])) for i, gate in enumerate(policy.extras[2:])
+    ]
+
+
+__all__ = ["DEFAULT_GATES", "AllowanceError", "allowance_policy", "describe", "trainable"]

@@ -1,0 +1,84 @@
+"""The allowance family: a learned margin over clang's inline threshold, and ES training only it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from optgym.corpus import Corpus
+from optgym.policies.allowance import AllowanceError, allowance_policy, describe, trainable
+from optgym.policies.mlp import MLPPolicy
+from optgym.policies.trained import latest_snapshot
+from optgym.problems import get_problem
+from optgym.rollout import rollout
+from optgym.train.es import ESConfig, train_es
+from optgym.train.run import RunError
+
+PROBLEM = get_problem("inline-size")
+NAMES = [s.name for s in PROBLEM.expected_features() if s.name not in PROBLEM.hidden_features]
+GATES = ["at_most:callee_users:2", "at_least:node_count:100", "cxx"]
+
+
+def _with(policy: MLPPolicy, bias: float, gate_weights: list[float]) -> MLPPolicy:
+    """``policy`` with its allowance set: the bias and one weight per gate (what ES would have learned)."""
+    theta, mask = policy.parameters(), trainable(policy)
+    rows = np.flatnonzero(mask)
+    theta[rows[:-1]], theta[rows[-1]] = gate_weights, bias
+    return policy.with_parameters(theta)
+
+
+def test_only_the_gates_and_the_bias_are_trained_and_the_normalizer_is_skipped():
+    policy = allowance_policy(GATES)
+    mask = trainable(policy)
+    assert mask.shape == policy.parameters().shape and mask.sum() == len(GATES) + 1
+    assert policy._extras_rows is not None  # no normalized feature is read: a served decision skips it
+    assert [name for name, _ in describe(policy)] == ["bias", *GATES]
+
+
+@pytest.mark.parametrize("gates", [[], ["margin:threshold-cost_estimate"], ["heuristic"]])
+def test_gates_must_be_zero_one_inputs(gates):
+    with pytest.raises(AllowanceError):
+        allowance_policy(gates)
+
+
+def test_every_decision_of_a_real_compile_is_clangs_or_within_the_learned_allowance(corpus_dir, toolchain):
+    """On clang-22's own decisions: inline iff clang does, or the cost is within ``exp(8·a) − 1`` of the
+    threshold, ``a`` the bias plus the weights of the gates that hold — here a C++-only allowance of 40."""
+    allowance = math.log1p(40.5) / 8  # half a unit past 40: no decision sits on the boundary
+    policy = _with(allowance_policy(GATES), -1.0, [0.0, 0.0, 1.0 + allowance])
+    added = 0
+    for module in Corpus(corpus_dir):
+        run = rollout(PROBLEM, module, toolchain, policy, record_features=True)
+        assert run.result.ok
+        if run.trajectory.features is None or not len(run.trajectory.actions):
+            continue
+        f = run.trajectory.features
+        over = f[:, NAMES.index("cost_estimate")] - f[:, NAMES.index("threshold")]
+        clangs = run.trajectory.heuristic == 1
+        within = over < 40.5 if module.language == "C++" else over < -math.expm1(1.0 * 8)
+        expected = clangs | within
+        assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
+        added += int((~clangs & within).sum())
+    assert added > 0, "an allowance that adds no inline tests nothing"
+
+
+def test_es_moves_only_the_allowance(corpus_dir, tmp_path):
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, iterations=1, directions=2, sigma=0.3,
+                   learning_rate=0.1, workers=2, final_eval=False, fitness="total")  # fmt: skip
+    said: list[str] = []
+    train_es(cfg, say=said.append)
+    start = allowance_policy(GATES)
+    trained = MLPPolicy.load(tmp_path / "es" / "final" / "policy")
+    moved = trained.parameters() != start.parameters()
+    assert moved.any() and not (moved & (trainable(start) == 0)).any()
+    assert any(line.startswith("allowance learned:") for line in said)
+    assert latest_snapshot(tmp_path / "es") is not None
+
+
+def test_an_allowance_starts_from_clang_not_from_a_warm_start(corpus_dir, tmp_path):
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path))
+    with pytest.raises(RunError, match="allowance"):
+        train_es(cfg, say=lambda s: None)
+    assert not (tmp_path / "es").exists()
