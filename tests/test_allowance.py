@@ -82,3 +82,24 @@ def test_an_allowance_starts_from_clang_not_from_a_warm_start(corpus_dir, tmp_pa
     with pytest.raises(RunError, match="allowance"):
         train_es(cfg, say=lambda s: None)
     assert not (tmp_path / "es").exists()
+
+
+def test_the_exported_graph_decides_as_the_allowance_does(trace_dir, tmp_path):
+    """A trained allowance ships as ONNX: the graph's decisions on clang's real call sites are the policy's."""
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+    from optgym.policies.exported import OnnxPolicy
+    from optgym.train.trace import feature_matrix, iter_batches
+
+    policy = _with(allowance_policy(GATES), 0.1, [0.4, 0.2, 0.3])
+    policy_dir = policy.save(tmp_path / "policy")
+    result = CliRunner().invoke(app, ["export", str(policy_dir), "-o", str(tmp_path / "a.onnx")])
+    assert result.exit_code == 0, result.output
+    exported = OnnxPolicy.load(tmp_path / "a.onnx")
+    batches = list(iter_batches(trace_dir, [*NAMES, "heuristic"]))
+    raw = np.concatenate([feature_matrix(b, NAMES) for b in batches])
+    h = np.concatenate([b.column("heuristic").to_numpy() for b in batches])
+    ours = exported.actions(raw, h, np.ones(len(h)))
+    assert np.array_equal(ours, policy.logits(raw, h, 1).argmax(-1))
+    assert (ours > h).any(), "an allowance that adds no inline on the trace tests nothing"
