@@ -20,8 +20,8 @@ start compiles all 190 AArch64 C++ training modules to clang's own bytes.
 
 It is an ordinary :class:`~optgym.policies.mlp.MLPPolicy` with no hidden layer whose weights on the
 normalized features are zero: a served decision skips the normalizer, as the shipped rule's does, and it
-exports to ONNX like any policy. :func:`trainable` names the parameters ES perturbs: the gates' weights and the bias, a dozen
-numbers, not the whole first layer.
+exports to ONNX like any policy. :func:`trainable` names the parameters ES perturbs: the gates' weights
+and the bias, a dozen numbers, not the whole first layer.
 """
 
 from __future__ import annotations
