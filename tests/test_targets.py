@@ -417,6 +417,30 @@ def test_a_targets_portfolio_is_a_file_dropped_in(tmp_path, monkeypatch):
     assert optgym_cc.target_portfolio(m4, c, "clang") == "/elsewhere.json"
 
 
+def test_a_targets_c_portfolio_stays_beside_a_policy_shipped_for_it(tmp_path, monkeypatch):
+    """A target shipping both an inline policy and a C portfolio: its C compiles are the portfolio's (clang's
+    inlining, as the portfolio was chosen), its C++ compiles the policy's; a policy the build names takes C too."""
+    for variable in ("OPTGYM_PORTFOLIO", "OPTGYM_CANDIDATES", "OPTGYM_POLICY", "OPTGYM_EVICT_POLICY",
+                     "OPTGYM_PRIORITY_POLICY"):  # fmt: skip
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(optgym_cc, "PRETRAINED_DIR", str(tmp_path))
+    (tmp_path / "aarch64").mkdir()
+    policy = tmp_path / "aarch64" / "inline-size.onnx"
+    policy.write_bytes(b"")
+    (tmp_path / "aarch64" / optgym_cc.PORTFOLIO).write_text("{}")
+    a64 = ("aarch64-linux-gnu", "aarch64")
+    c, cxx = ["-Oz", "-c", "a.c"], ["-Oz", "-c", "a.cc"]
+
+    def plan(args: list[str], driver: str) -> tuple:
+        return optgym_cc.compile_plan(a64, args, driver, *optgym_cc.target_policies(a64))
+
+    assert optgym_cc.target_policies(a64) == ([("inline-size", str(policy))], ["regalloc-evict", "regalloc-priority"])
+    assert plan(c, "clang") == ([("inline-size", "heuristic")], [], str(tmp_path / "aarch64" / optgym_cc.PORTFOLIO))
+    assert plan(cxx, "clang++") == ([("inline-size", str(policy))], ["regalloc-evict", "regalloc-priority"], None)
+    monkeypatch.setenv("OPTGYM_POLICY", "never")
+    assert plan(c, "clang")[2] is None and plan(c, "clang")[0][0] == ("inline-size", "never")
+
+
 def compile_env(runtime: Path) -> dict[str, str]:
     """The environment of a build with the shipped policies (none of them chosen otherwise) and its own runtime
     directory: a fresh one is a new build, as far as optgym-cc's note is concerned."""

@@ -16,10 +16,11 @@ never reaches the server.
 
 Policies are per target: a compile's policy is the one shipped for the target it compiles for (``--target=T``,
 ``-target T``, a triple-prefixed name such as ``aarch64-linux-gnu-optgym-cc``, else this machine's), and the
-shipped policies are x86-64's. A target may ship a portfolio of pass options for C instead
+shipped policies are x86-64's. A target may ship a portfolio of pass options for C
 (``PRETRAINED_DIR/<arch or family>/portfolio-c.json``, :func:`target_portfolio`): its C compiles are then the
-portfolio's, clang deciding inlining and allocation. A compile for a target with neither is clang's own, and the
-build is told once (:func:`note_once`); see docs/targets.md.
+portfolio's, clang deciding inlining and allocation, beside any policy shipped for the target
+(:func:`compile_plan`). A compile for a target with neither is clang's own, and the build is told once
+(:func:`note_once`); see docs/targets.md.
 
 Environment: ``OPTGYM_POLICY`` (a policy spec: ``heuristic``, ``never``, a policy or run directory…;
 default ``pretrained``, the policy shipped in the package, or ``heuristic`` where none is shipped),
@@ -193,12 +194,35 @@ PORTFOLIO = "portfolio-c.json"
 
 
 def target_portfolio(target: tuple[str, str], args: list[str], driver: str) -> str | None:
-    """The portfolio of a C compile for ``target`` when that target ships no policy: the build's
+    """The portfolio of a C compile for ``target`` (:func:`compile_plan` says when it is served): the build's
     (``OPTGYM_PORTFOLIO``), else the one shipped for the target; none with ``OPTGYM_CANDIDATES=0``, and ``None``
     for the host family, whose portfolio the server knows as its default."""
     if target[1] == SHIPPED_FAMILY or os.environ.get("OPTGYM_CANDIDATES") == "0" or not compiles_c(args, driver):
         return None
     return os.environ.get("OPTGYM_PORTFOLIO") or shipped_policy(PORTFOLIO, target)
+
+
+def compile_plan(
+    target: tuple[str, str], args: list[str], driver: str, policies: list[tuple[str, str]], missing: list[str]
+) -> tuple[list[tuple[str, str]], list[str], str | None]:
+    """``(policies, missing, portfolio)`` of a compile that is served, from its target's (:func:`target_policies`).
+
+    A C compile of a target that ships a portfolio for C is that portfolio's: the server compiles its candidates
+    with clang's own decisions (the inliner's ``heuristic`` names the server; no channel is opened). So it is even
+    when the target also ships policies: a target's file names the language it was chosen for, and its
+    ``portfolio-c.json`` is measured against clang's inlining, not against a policy trained on its C++. A policy
+    the build names itself (``OPTGYM_POLICY`` and the like, anything but a shipped file) takes the C compile."""
+    if not all(is_shipped(spec) for _, spec in policies):
+        return policies, missing, None
+    portfolio = target_portfolio(target, args, driver)
+    if portfolio:
+        return [(CHANNELS[0][0], "heuristic")], [], portfolio
+    return policies, missing, None
+
+
+def is_shipped(spec: str) -> bool:
+    """Whether a policy spec is a file shipped for a target (``PRETRAINED_DIR/<arch or family>/…``)."""
+    return os.path.dirname(os.path.dirname(spec)) == PRETRAINED_DIR
 
 
 def compiles_c(args: list[str], driver: str) -> bool:
@@ -508,11 +532,7 @@ def _main(driver: str) -> None:
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
     if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
         os.execv(clang, [clang, *args])
-    portfolio = None if policies else target_portfolio(target, args, driver)
-    if portfolio:
-        # the target ships pass options for C and no policy: the server compiles its portfolio with clang's own
-        # decisions (the inliner's "heuristic" names the server; no channel is opened)
-        policies, missing = [(CHANNELS[0][0], "heuristic")], []
+    policies, missing, portfolio = compile_plan(target, args, driver, policies, missing)
     if missing:
         note_once(target[1], target[0], missing, args)
         if not policies:
