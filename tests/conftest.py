@@ -175,6 +175,31 @@ def vocab_path(trace_dir, tmp_path_factory) -> Path:
     return path
 
 
+def recorded_decisions(policy, corpus_dir: Path, toolchain):
+    """``(module, raw features, actions, clang's answers)`` of every module of ``corpus_dir`` with decisions,
+    compiled by real clang-22 with ``policy`` deciding inlining (each compile must succeed)."""
+    from optgym.corpus import Corpus
+    from optgym.problems import get_problem
+    from optgym.rollout import rollout
+
+    for module in Corpus(corpus_dir):
+        run = rollout(get_problem("inline-size"), module, toolchain, policy, record_features=True)
+        assert run.result.ok, module.name
+        if run.trajectory.features is not None and len(run.trajectory.actions):
+            yield module, run.trajectory.features, run.trajectory.actions, run.trajectory.heuristic
+
+
+def traced_decisions(trace_dir: Path, names: list[str]):
+    """``(raw features, clang's answers)`` of every decision in a trace, as arrays."""
+    import numpy as np
+
+    from optgym.train.trace import feature_matrix, iter_batches
+
+    batches = list(iter_batches(trace_dir, [*names, "heuristic"]))
+    raw = np.concatenate([feature_matrix(b, names) for b in batches])
+    return raw, np.concatenate([b.column("heuristic").to_numpy() for b in batches])
+
+
 def runtime_leftovers() -> list[Path]:
     """Run directories (FIFOs, objects) still present under the tests' runtime root. A policy server's
     ``serve-*`` socket, lock and log are not among them: a server started by an earlier test (optgym-cc)

@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import recorded_decisions, traced_decisions
 
-from optgym.corpus import Corpus
 from optgym.policies.allowance import AllowanceError, allowance_policy, describe, trainable
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot
 from optgym.problems import get_problem
-from optgym.rollout import rollout
 from optgym.train.es import ESConfig, train_es
 from optgym.train.run import RunError
 
@@ -49,17 +48,12 @@ def test_every_decision_of_a_real_compile_is_clangs_or_within_the_learned_allowa
     allowance = math.log1p(40.5) / 8  # half a unit past 40: no decision sits on the boundary
     policy = _with(allowance_policy(GATES), -1.0, [0.0, 0.0, 1.0 + allowance])
     added = 0
-    for module in Corpus(corpus_dir):
-        run = rollout(PROBLEM, module, toolchain, policy, record_features=True)
-        assert run.result.ok
-        if run.trajectory.features is None or not len(run.trajectory.actions):
-            continue
-        f = run.trajectory.features
+    for module, f, actions, heuristic in recorded_decisions(policy, corpus_dir, toolchain):
         over = f[:, NAMES.index("cost_estimate")] - f[:, NAMES.index("threshold")]
-        clangs = run.trajectory.heuristic == 1
+        clangs = heuristic == 1
         within = over < 40.5 if module.language == "C++" else over < -math.expm1(1.0 * 8)
         expected = clangs | within
-        assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
+        assert np.array_equal(actions, expected.astype(np.int64)), module.name
         added += int((~clangs & within).sum())
     assert added > 0, "an allowance that adds no inline tests nothing"
 
@@ -90,16 +84,13 @@ def test_the_exported_graph_decides_as_the_allowance_does(trace_dir, tmp_path):
 
     from optgym.cli import app
     from optgym.policies.exported import OnnxPolicy
-    from optgym.train.trace import feature_matrix, iter_batches
 
     policy = _with(allowance_policy(GATES), 0.1, [0.4, 0.2, 0.3])
     policy_dir = policy.save(tmp_path / "policy")
     result = CliRunner().invoke(app, ["export", str(policy_dir), "-o", str(tmp_path / "a.onnx")])
     assert result.exit_code == 0, result.output
     exported = OnnxPolicy.load(tmp_path / "a.onnx")
-    batches = list(iter_batches(trace_dir, [*NAMES, "heuristic"]))
-    raw = np.concatenate([feature_matrix(b, NAMES) for b in batches])
-    h = np.concatenate([b.column("heuristic").to_numpy() for b in batches])
+    raw, h = traced_decisions(trace_dir, NAMES)
     ours = exported.actions(raw, h, np.ones(len(h)))
     assert np.array_equal(ours, policy.logits(raw, h, 1).argmax(-1))
     assert (ours > h).any(), "an allowance that adds no inline on the trace tests nothing"

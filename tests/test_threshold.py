@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import recorded_decisions, traced_decisions
 
 from optgym.corpus import Corpus
 from optgym.policies import resolve_policy
@@ -34,15 +35,10 @@ def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_d
     policy = threshold_policy(NAMES, cxx=cxx, c=c)
     checked = {"C": 0, "C++": 0}
     withdrawals = 0
-    for module in Corpus(corpus_dir):
-        run = rollout(PROBLEM, module, toolchain, policy, record_features=True)
-        assert run.result.ok
-        if run.trajectory.features is None or not len(run.trajectory.actions):
-            continue
+    for module, f, actions, heuristic in recorded_decisions(policy, corpus_dir, toolchain):
         lang = "C++" if module.language == "C++" else "C"
-        f = run.trajectory.features
         d = f[:, NAMES.index("threshold")] - f[:, NAMES.index("cost_estimate")]
-        clangs = run.trajectory.heuristic == 1
+        clangs = heuristic == 1
         added, withdrawn = np.zeros_like(clangs), np.zeros_like(clangs)
         for rule in parse_shift(cxx if lang == "C++" else c) or ():
             admitted = rule.admits(-d)
@@ -56,7 +52,7 @@ def test_the_policy_moves_clangs_threshold_exactly_per_language(cxx, c, corpus_d
         # additions apply where clang says no, withdrawals where it says yes
         expected = (clangs & ~withdrawn) | (~clangs & added)
         withdrawals += int((clangs & withdrawn).sum())
-        assert np.array_equal(run.trajectory.actions, expected.astype(np.int64)), module.name
+        assert np.array_equal(actions, expected.astype(np.int64)), module.name
         checked[lang] += len(d)
     assert checked["C"] >= 1 and checked["C++"] > 100
     if any(rule.refuse for shift in (parse_shift(cxx), parse_shift(c)) for rule in shift or ()):
@@ -156,15 +152,12 @@ def test_the_exported_graph_reads_the_language_as_the_policy_does(cxx, trace_dir
 
     from optgym.cli import app
     from optgym.policies.exported import OnnxPolicy
-    from optgym.train.trace import feature_matrix, iter_batches
 
     policy_dir = threshold_policy(NAMES, cxx=cxx, c=0).save(tmp_path / "policy")
     result = CliRunner().invoke(app, ["export", str(policy_dir), "-o", str(tmp_path / "t.onnx")])
     assert result.exit_code == 0, result.output
     exported, trained = OnnxPolicy.load(tmp_path / "t.onnx"), MLPPolicy.load(policy_dir)
-    batches = list(iter_batches(trace_dir, [*NAMES, "heuristic"]))
-    raw = np.concatenate([feature_matrix(b, NAMES) for b in batches])
-    h = np.concatenate([b.column("heuristic").to_numpy() for b in batches])
+    raw, h = traced_decisions(trace_dir, NAMES)
     for cxx in (0, 1):
         ours = exported.actions(raw, h, np.full(len(h), cxx))
         assert np.array_equal(ours, trained.logits(raw, h, cxx).argmax(-1))

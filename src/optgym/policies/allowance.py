@@ -37,6 +37,8 @@ from optgym.problems.inputs import HEURISTIC_INPUT, parse_extras
 from optgym.problems.normalize import PER_FEATURE, Vocab
 
 MARGIN_INPUT = "margin:threshold-cost_estimate"
+#: The inputs before the gates, with set weights: clang's answer and the margin.
+LEADING = (HEURISTIC_INPUT, MARGIN_INPUT)
 #: The start's weight on clang's answer: larger than any margin plus a small allowance, so an allowance
 #: near zero adds inlines and never withdraws one of clang's.
 HEURISTIC_WEIGHT = 4.0
@@ -75,9 +77,9 @@ def allowance_policy(gates: Sequence[str] = DEFAULT_GATES, problem: str = "inlin
     if not gates:
         raise AllowanceError("an allowance needs at least one gate")
     vocab = Vocab({name: [0.0] for name in features}, problem=problem)  # the normalized features get zero weight
-    extras = [HEURISTIC_INPUT, MARGIN_INPUT, *gates]
+    extras = [*LEADING, *gates]
     parsed = parse_extras(extras, features)
-    if any(kind in (HEURISTIC_INPUT, "margin") for kind, _, _ in parsed[2:]):
+    if any(kind in (HEURISTIC_INPUT, "margin") for kind, _, _ in parsed[len(LEADING) :]):
         raise AllowanceError(f"gates are 0/1 inputs (at_most:F:K, at_least:F:K, cxx), not {list(gates)}")
     width = len(features) * PER_FEATURE
     weights = np.zeros((width + len(extras), 2))
@@ -88,11 +90,11 @@ def allowance_policy(gates: Sequence[str] = DEFAULT_GATES, problem: str = "inlin
 
 def trainable(policy: MLPPolicy) -> np.ndarray:
     """A 0/1 mask over :meth:`MLPPolicy.parameters`: the gates' weights on the inline logit, and its bias."""
-    if policy.hidden or policy.extras[:2] != [HEURISTIC_INPUT, MARGIN_INPUT]:
+    if policy.hidden or tuple(policy.extras[: len(LEADING)]) != LEADING:
         raise AllowanceError("not an allowance policy: no hidden layer, inputs heuristic and margin, then gates")
     ((weights, _bias),) = policy.weights
     mask_w, mask_b = np.zeros_like(weights), np.zeros(2)
-    mask_w[policy.normalizer.width + 2 :, 1] = 1.0
+    mask_w[policy.normalizer.width + len(LEADING) :, 1] = 1.0
     mask_b[1] = 1.0
     return np.concatenate([mask_w.ravel(), mask_b])
 
@@ -100,9 +102,9 @@ def trainable(policy: MLPPolicy) -> np.ndarray:
 def describe(policy: MLPPolicy) -> list[tuple[str, float]]:
     """``(input, weight)`` of the allowance's bias and gates: what a trained policy learned, to print."""
     ((weights, bias),) = policy.weights
-    width = policy.normalizer.width
+    first_gate = policy.normalizer.width + len(LEADING)
     return [("bias", float(bias[1]))] + [
-        (gate, float(weights[width + 2 + i, 1])) for i, gate in enumerate(policy.extras[2:])
+        (gate, float(weights[first_gate + i, 1])) for i, gate in enumerate(policy.extras[len(LEADING) :])
     ]
 
 

@@ -7,6 +7,7 @@ commands, so ``optgym --help`` stays fast.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -39,16 +40,19 @@ Extras = Annotated[
 ]
 
 
+def comma_list(text: str | None, shorthands: Mapping[str, Sequence[str]]) -> list[str]:
+    """A comma-separated option → its names, each shorthand (alone or among others) expanded."""
+    names: list[str] = []
+    for name in filter(None, (e.strip() for e in (text or "").split(","))):
+        names += shorthands.get(name, [name])
+    return names
+
+
 def parse_extras_option(text: str) -> list[str]:
     """``--extras`` → the derived input names (``residual`` — alone or among others — and ``none`` are shorthands)."""
     from optgym.problems.inputs import RESIDUAL_EXTRAS
 
-    if text.strip() in ("", "none"):
-        return []
-    names: list[str] = []
-    for name in filter(None, (e.strip() for e in text.split(","))):
-        names += RESIDUAL_EXTRAS if name == "residual" else [name]
-    return names
+    return [] if text.strip() == "none" else comma_list(text, {"residual": RESIDUAL_EXTRAS})
 
 
 train_app = typer.Typer(
@@ -312,10 +316,7 @@ def _allowance_gates(option: str | None) -> list[str]:
     """``--allowance`` → the gate names (``default``, alone or among others, is the ladder; none: no allowance)."""
     from optgym.policies.allowance import DEFAULT_GATES
 
-    names: list[str] = []
-    for name in (g.strip() for g in (option or "").split(",") if g.strip()):
-        names += DEFAULT_GATES if name == "default" else [name]
-    return names
+    return comma_list(option, {"default": DEFAULT_GATES})
 
 
 @train_app.command("es")
