@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from optgym.evaluate.results_page import PORTFOLIO, PRETRAINED_DIR, results_page
+from optgym.evaluate.results_page import PORTFOLIO, PRETRAINED_DIR, THINLTO_PLAN, results_page
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
@@ -116,3 +116,22 @@ def test_results_page_command(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_text() == results_page()
+
+
+def test_the_thinlto_plan_and_its_linked_figures():
+    """The ThinLTO plan's section: the chosen options, every candidate's linked ratios, and each unseen set's
+    packages and total, all from ``thinlto.json``."""
+    plan = json.loads((PRETRAINED_DIR / THINLTO_PLAN).read_text())
+    page = results_page()
+    assert plan["name"] in page and plan["chosen_by"] in page
+    for flag in plan["link_flags"]:
+        assert f"`{flag}`" in page
+    for name, row in plan["figures"]["candidates"].items():
+        assert _rows(page, name)[0][1:3] == [f"{row['dottext']:.4f}", f"{row['text']:.4f}"]
+    for measured in plan["figures"]["unseen"].values():
+        for package in measured["packages"]:
+            assert _rows(page, package)
+        total = measured["total"]
+        cells = _rows(page, "**total**")
+        expected = [f"**{total['optgym'][f] / total['plain'][f]:.4f}**" for f in ("dottext", "text")]
+        assert any(cells_row[1:3] == expected for cells_row in cells)

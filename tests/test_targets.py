@@ -375,6 +375,12 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
     (tmp_path / "inline-size-thinlto.onnx").write_bytes(b"x86-64 thinlto")
     assert thinlto.lto_policy(["--target=x86_64-linux-gnu"]) == str(tmp_path / "inline-size-thinlto.onnx")
     assert thinlto.lto_policy(["--target=aarch64-linux-gnu", "-flto=thin"]) == "heuristic"
+    # and the link's ThinLTO plan: x86-64's is not another target's
+    monkeypatch.delenv("OPTGYM_LTO_PLAN", raising=False)
+    plan = {"format": thinlto.PLAN_FORMAT, "link_flags": ["--icf=safe"], "llvm_options": []}
+    (tmp_path / thinlto.PLAN).write_text(json.dumps(plan))
+    assert thinlto.lto_plan(["--target=x86_64-linux-gnu"]) == plan
+    assert thinlto.lto_plan(["--target=aarch64-linux-gnu", "-flto=thin"]) == {}
 
 
 @pytest.mark.parametrize(

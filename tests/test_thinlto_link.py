@@ -3,6 +3,7 @@ a failure of the policy server mid-link costs nothing, and the links optgym cann
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from optgym.toolchain import object_sizes
+from optgym_cc.thinlto import PLAN_FORMAT
 
 BIN = Path(sys.executable).parent
 CXX = str(BIN / "optgym-c++")
@@ -57,6 +59,7 @@ def short_lived_servers(monkeypatch):
     monkeypatch.setenv("OPTGYM_SERVER_IDLE", "5")
     for name in ("OPTGYM_STRICT", "OPTGYM_VERBOSE", "OPTGYM_LTO_POLICY"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPTGYM_LTO_PLAN", "none")  # the policy's tests; the plan's set their own
     yield
     for proc in _servers():
         proc.kill()
@@ -239,3 +242,82 @@ def test_a_cmake_ipo_build_with_a_static_library_links_through_optgym(tmp_path, 
     assert build.returncode == 0, build.stdout + build.stderr
     assert "backends served by never" in build.stdout + build.stderr
     assert _run(tmp_path / "b" / "app") == _run(program / "plain")
+
+
+def _plan(tmp_path: Path, **fields) -> str:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"format": PLAN_FORMAT, **fields}))
+    return str(path)
+
+
+def _functions(path: Path, name_part: str) -> dict[str, int]:
+    """The addresses of the program's functions whose names contain ``name_part``."""
+    listing = subprocess.run(["/usr/lib/llvm-22/bin/llvm-readelf", "-s", "-W", path], capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    rows = [line.split() for line in listing.splitlines()]
+    return {row[7]: int(row[1], 16) for row in rows if len(row) >= 8 and row[3] == "FUNC" and name_part in row[7]}
+
+
+def _build_id(path: Path) -> str:
+    notes = subprocess.run(["/usr/lib/llvm-22/bin/llvm-readelf", "-n", path], capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    return next(line.split(":", 1)[1].strip() for line in notes.splitlines() if "Build ID" in line)
+
+
+@pytest.mark.parametrize("policy", ["heuristic", "never"])
+def test_a_plans_options_reach_the_link_and_every_backend(program, tmp_path, policy):
+    """A plan's lld options reach the link, and its LLVM options every backend: in lld's own backends (clang's
+    inlining) and in the distributed ones a policy serves, to which lld would not pass them."""
+    plan = _plan(tmp_path, link_flags=["--build-id=0x5eed5eed5eed5eed"], llvm_options=["-align-all-functions=6"])
+    linked = _link(program, f"plan-{policy}", OPTGYM_LTO_PLAN=plan, OPTGYM_LTO_POLICY=policy, OPTGYM_STRICT="1")
+    assert linked.returncode == 0, linked.stderr
+    output = program / f"plan-{policy}"
+    assert _run(output) == _run(program / "plain")
+    assert _build_id(output) == "5eed5eed5eed5eed"
+    units = _functions(output, "unit")
+    assert units and all(address % 64 == 0 for address in units.values()), units
+    assert any(address % 64 for address in _functions(program / "plain", "unit").values())  # not so by chance
+
+
+def test_the_builds_own_link_options_win_over_the_plans(program, tmp_path):
+    plan = _plan(tmp_path, link_flags=["--build-id=0x5eed5eed5eed5eed"])
+    linked = _link(program, "own", "-Wl,--build-id=0xbeefbeefbeefbeef", OPTGYM_LTO_PLAN=plan)
+    assert linked.returncode == 0, linked.stderr
+    assert _build_id(program / "own") == "beefbeefbeefbeef"
+
+
+def test_a_plan_that_cannot_be_used_is_one_note_and_clangs_own_link(program, tmp_path):
+    broken = tmp_path / "plan.json"
+    broken.write_text(json.dumps({"format": PLAN_FORMAT, "link_flags": ["icf=safe"]}))  # not an option
+    linked = _link(program, "badplan", OPTGYM_LTO_PLAN=str(broken))
+    assert linked.returncode == 0, linked.stderr
+    lines = [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")]
+    assert len(lines) == 1 and "note" in lines[0] and "link_flags" in lines[0], linked.stderr
+    assert (program / "badplan").read_bytes() == (program / "plain").read_bytes()
+    strict = _link(program, "badplan-strict", OPTGYM_LTO_PLAN=str(broken), OPTGYM_STRICT="1")
+    assert strict.returncode == 1 and "optgym-cc: error: ThinLTO plan" in strict.stderr
+    missing = _link(program, "noplan", OPTGYM_LTO_PLAN=str(tmp_path / "absent.json"))
+    assert missing.returncode == 0 and "ThinLTO plan" in missing.stderr
+
+
+def test_the_shipped_plan_links_a_smaller_program_that_runs(program, monkeypatch):
+    """The plan shipped for x86-64 applies by default (``OPTGYM_LTO_PLAN`` unset), with no policy server."""
+    monkeypatch.delenv("OPTGYM_LTO_PLAN")
+    linked = _link(program, "shipped", OPTGYM_STRICT="1")
+    assert linked.returncode == 0, linked.stderr
+    assert _run(program / "shipped") == _run(program / "plain")
+    assert object_sizes(program / "shipped").text_bytes < object_sizes(program / "plain").text_bytes
+    assert _servers() == []
+
+
+def test_a_link_the_plan_breaks_is_clangs_own_link_with_one_warning(program, tmp_path):
+    """An lld option some link cannot take fails that link; optgym-cc then links as clang does."""
+    plan = _plan(tmp_path, link_flags=["--no-such-option-in-lld"])
+    linked = _link(program, "fallback", OPTGYM_LTO_PLAN=plan)
+    assert linked.returncode == 0, linked.stderr
+    lines = [line for line in linked.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("optgym-cc: warning:") and "no-such-option" in lines[0], lines
+    assert (program / "fallback").read_bytes() == (program / "plain").read_bytes()
+    strict = _link(program, "fallback-strict", OPTGYM_LTO_PLAN=plan, OPTGYM_STRICT="1")
+    assert strict.returncode != 0 and "no-such-option" in strict.stderr
+    assert not (program / "fallback-strict").exists()

@@ -522,11 +522,7 @@ def _main(driver: str) -> None:
     if "-c" not in args and lto(args):  # a link step of an LTO build: its backends may be served
         from optgym_cc import thinlto
 
-        extra, note = thinlto.link_plan(args, clang)
-        if note:
-            sys.stderr.write(f"optgym-cc: note: {note}\n")
-            sys.stderr.flush()
-        os.execv(clang, [clang, *args, *extra])
+        thinlto.link(clang, args)
     target = compile_target(args)
     policies, missing = target_policies(target)
     levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))

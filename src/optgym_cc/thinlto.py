@@ -18,8 +18,15 @@ The launcher's part (:func:`link_plan`): a link step (no ``-c``) with ``-flto=th
 distributor flags; with ``-flto``/``-flto=full`` (clang-22's full-LTO pipeline builds its inliner without the ML
 advisor, so nothing could be served) or without lld (only lld distributes backends) it is clang's own link, with
 one note saying why. The policy is ``OPTGYM_LTO_POLICY`` (default ``pretrained``: the ThinLTO policy shipped in
-the package, else ``heuristic``, which leaves links alone): the non-LTO policy is not used here, as its
-per-object decisions do not carry over to backends that see the whole program's imports.
+the package, else ``heuristic``, which leaves the backends' inlining to clang): the non-LTO policy is not used
+here, as its per-object decisions do not carry over to backends that see the whole program's imports.
+
+Beside the policy, a ThinLTO link takes its target's *plan* (``thinlto.json``, :func:`lto_plan`): lld options
+(``link_flags``, e.g. ``--icf=safe``) and LLVM options for the thin link and every backend (``llvm_options``, e.g.
+how much ThinLTO imports across modules) — knobs of passes the link runs anyway, chosen by measuring linked
+training packages (``python -m maintainer.thinlto_plan``). They go before the build's own flags, so a build that
+says otherwise wins. lld does not forward its ``-mllvm`` options to distributed backends, so the distributor adds
+them to each backend command itself. ``OPTGYM_LTO_PLAN=FILE`` takes another plan, ``none`` none.
 
 Standard library only, like the launcher: the distributor runs once per link.
 """
@@ -39,6 +46,11 @@ PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, "inline-size-thinlto.onnx")
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
 
 
+#: The file of a target's ThinLTO plan (:func:`lto_plan`), beside its policies.
+PLAN = "thinlto.json"
+PLAN_FORMAT = "optgym-thinlto/1"
+
+
 #: ``OPTGYM_THINLTO_CAPTURE=DIR``: every backend of every ThinLTO link is recorded in ``DIR`` for a corpus
 #: (:func:`capture`), whatever the policy; ``optgym corpus thinlto --build`` sets it.
 CAPTURE = "OPTGYM_THINLTO_CAPTURE"
@@ -52,6 +64,29 @@ def lto_policy(args: list[str] | None = None) -> str:
     if spec != "pretrained":
         return spec
     return cc.shipped_policy(os.path.basename(PRETRAINED_LTO), cc.compile_target(args or [])) or "heuristic"
+
+
+def lto_plan(args: list[str]) -> dict:
+    """The ThinLTO plan of a link: ``OPTGYM_LTO_PLAN`` (a file, or ``none``), else the one shipped for the link's
+    target, else none (``{}``). Raises ``ValueError`` for a file that is not a plan, ``OSError`` for one that
+    cannot be read: the launcher turns either into one note and clang's own link."""
+    spec = os.environ.get("OPTGYM_LTO_PLAN") or "pretrained"
+    if spec == "none":
+        return {}
+    path = cc.shipped_policy(PLAN, cc.compile_target(args)) if spec == "pretrained" else spec
+    if path is None:
+        return {}
+    with open(path, encoding="utf-8") as f:
+        try:
+            plan = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not JSON ({e})") from None
+    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
+        raise ValueError(f"{path} is not a ThinLTO plan (format {PLAN_FORMAT})")
+    for key in ("link_flags", "llvm_options"):
+        if not all(isinstance(flag, str) and flag.startswith("-") for flag in plan.get(key, [])):
+            raise ValueError(f"{path}: {key} must be a list of options")
+    return plan
 
 
 def _uses_lld(args: list[str]) -> bool:
@@ -85,22 +120,68 @@ def is_link(args: list[str]) -> bool:
 
 
 def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
-    """What a link step becomes: the extra arguments that make lld hand its ThinLTO backends to optgym (none:
-    clang's own link), and a note for the build, or ``None``."""
+    """What a link step becomes: its command line after the driver (the plan's options before the build's own,
+    the distributor's flags after them: ``args`` unchanged is clang's own link), and a note for the build, or
+    ``None``. A plan that cannot be used is a note and clang's own link, or with ``OPTGYM_STRICT=1`` the error."""
     mode = cc.lto(args)
+    capturing = bool(os.environ.get(CAPTURE))
     policy = lto_policy(args)
-    if mode is None or (policy == "heuristic" and not os.environ.get(CAPTURE)) or not is_link(args):
-        return [], None
+    if mode is None or not is_link(args):
+        return args, None
+    try:
+        plan = {} if capturing else lto_plan(args)  # a corpus records clang's own links
+    except (OSError, ValueError) as e:
+        if os.environ.get("OPTGYM_STRICT") == "1":
+            raise
+        return args, f"ThinLTO plan: {e}; linked as clang does"
+    if policy == "heuristic" and not plan and not capturing:
+        return args, None
     if mode != "-flto=thin":
-        return [], f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
+        return args, f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
     if not _uses_lld(args):
-        return [], "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does"
-    distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)), "--policy", policy]
+        return args, "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does"
+    options = plan.get("llvm_options", [])
+    ahead = [*(f"-Wl,{flag}" for flag in plan.get("link_flags", [])), *(f"-Wl,-mllvm={o}" for o in options)]
+    if policy == "heuristic" and not capturing:  # clang's own backends, in lld: they get the options from it
+        return [*ahead, *args], None
+    distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)), "--policy", policy,
+                   *(f"--llvm-option={option}" for option in options)]  # fmt: skip
     return [
+        *ahead,
+        *args,
         f"-Wl,--thinlto-distributor={distributor[0]}",
         *(f"-Wl,--thinlto-distributor-arg={arg}" for arg in distributor[1:]),
         f"-Wl,--thinlto-remote-compiler={clang}",
     ], None
+
+
+def link(clang: str, args: list[str]) -> None:
+    """Run a link step of an LTO build (never returns): as :func:`link_plan` makes it, and if that link fails,
+    clang's own link of the same command with one warning line — a plan's option that some link cannot take
+    never breaks the build (``OPTGYM_STRICT=1``: the failure stands). A link optgym leaves alone is exec'd."""
+    import subprocess
+
+    strict = os.environ.get("OPTGYM_STRICT") == "1"
+    try:
+        planned, note = link_plan(args, clang)
+    except (OSError, ValueError) as e:  # only with OPTGYM_STRICT=1: otherwise a note
+        sys.stderr.write(f"optgym-cc: error: ThinLTO plan: {e} (OPTGYM_STRICT=1)\n")
+        sys.exit(1)
+    if note:
+        sys.stderr.write(f"optgym-cc: note: {note}\n")
+        sys.stderr.flush()
+    if planned == args:
+        os.execv(clang, [clang, *args])
+    done = subprocess.run([clang, *planned], capture_output=True)
+    if done.returncode == 0 or strict:
+        sys.stdout.buffer.write(done.stdout)
+        sys.stderr.buffer.write(done.stderr)
+        sys.exit(done.returncode if done.returncode >= 0 else 128 - done.returncode)
+    why = next((line for line in done.stderr.decode(errors="replace").splitlines() if "error" in line), "")
+    sys.stderr.write(f"optgym-cc: warning: the ThinLTO link failed with optgym's plan and policy ({why.strip()}); "
+                     "linked as clang does\n")  # fmt: skip
+    sys.stderr.flush()
+    os.execv(clang, [clang, *args])
 
 
 def _place(path: str, workdir: str) -> None:
@@ -169,15 +250,17 @@ def _backend(argv: list[str], policies: list[tuple[str, str]]) -> tuple[int, str
     return subprocess.run(argv).returncode, reply.get("warning") or "the backend fell back", 0
 
 
-def distribute(plan: str, jobs: int, policy: str) -> int:
-    """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time; the link's exit status."""
+def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] = ()) -> int:
+    """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time, each with ``llvm_options`` (the
+    ThinLTO plan's, which lld keeps to itself); the link's exit status."""
     from concurrent.futures import ThreadPoolExecutor
 
     with open(plan, encoding="utf-8") as f:
         spec = json.load(f)
     captured = capture(spec, root) if (root := os.environ.get(CAPTURE)) else None
     common = spec["common"]["args"]
-    commands = [[*common, *BACKEND_FLAGS, *job["args"]] for job in spec["jobs"]]
+    options = [arg for option in llvm_options for arg in ("-mllvm", option)]
+    commands = [[*common, *BACKEND_FLAGS, *options, *job["args"]] for job in spec["jobs"]]
     policies = [("inline-size", policy)]
     with ThreadPoolExecutor(max(1, min(jobs, len(commands) or 1))) as pool:
         results = list(pool.map(lambda argv: _backend(argv, policies), commands))
@@ -198,7 +281,7 @@ def distribute(plan: str, jobs: int, policy: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m optgym_cc.thinlto --jobs N --policy SPEC PLAN.json``: lld's distributor."""
+    """``python -m optgym_cc.thinlto --jobs N --policy SPEC [--llvm-option=OPT…] PLAN.json``: lld's distributor."""
     args = sys.argv[1:] if argv is None else argv
     try:
         jobs = int(args[args.index("--jobs") + 1])
@@ -207,7 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, IndexError):
         sys.stderr.write(f"optgym-cc: the ThinLTO distributor was called with {args}\n")
         sys.exit(2)
-    sys.exit(distribute(plan, jobs, policy))
+    options = tuple(arg.split("=", 1)[1] for arg in args if arg.startswith("--llvm-option="))
+    sys.exit(distribute(plan, jobs, policy, options))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The results page (``docs/results.md``), generated from the files the package ships with its policies.
 
-Every figure comes from ``src/optgym/policies/pretrained/*.provenance.json`` and ``portfolio-c.json`` as
-``maintainer/ship_pretrained.py`` and ``maintainer/portfolio.py measure --record`` wrote them; nothing is typed by
+Every figure comes from ``src/optgym/policies/pretrained/*.provenance.json``, ``portfolio-c.json`` and
+``thinlto.json`` as ``maintainer/ship_pretrained.py``, ``maintainer/portfolio.py measure --record`` and
+``maintainer/thinlto_plan.py --write/--record`` wrote them; nothing is typed by
 hand, so the page changes only when those files do (``optgym results-page -o docs/results.md``).
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "policies" / "pretrained"
 PORTFOLIO = "portfolio-c.json"
+THINLTO_PLAN = "thinlto.json"
 COMMAND = "optgym results-page -o docs/results.md"
 LANGUAGES = ("C", "C++")
 
@@ -248,6 +250,49 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
     return [*out, ""]
 
 
+def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
+    """The section of the ThinLTO plan (``thinlto.json``): what it sets, how it was chosen, and the linked
+    figures of each set of packages outside the training list it was measured on."""
+    options = [f"`{flag}`" for flag in plan.get("link_flags", [])] + [
+        f"`-mllvm {option}`" for option in plan.get("llvm_options", [])
+    ]
+    figures = plan.get("figures", {})
+    out = [
+        f"## ThinLTO links (`{THINLTO_PLAN}`)",
+        "",
+        f"A ThinLTO link through `optgym-cc` takes the plan **{plan['name']}**: {', '.join(options)}, before the "
+        "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet). "
+        "Chosen by `" + plan.get("chosen_by", "?") + "` on linked training packages "
+        f"({', '.join(plan.get('packages', []))}): linked `.text` and Berkeley text of every linked output, "
+        "optgym ÷ plain clang-22 ThinLTO:",
+        "",
+        *_table(["candidate", "`.text`", "text", "packages larger", "built and tested"],
+                [[name, _ratio(row["dottext"]), _ratio(row["text"]), ", ".join(row["larger"]) or "none",
+                  "yes" if row["ok"] else "no"] for name, row in figures.get("candidates", {}).items()]),
+    ]  # fmt: skip
+    for name, measured in figures.get("unseen", {}).items():
+        rows = []
+        for package, row in measured["packages"].items():
+            if not row["built"]:
+                rows.append([package, "did not build", "", "", ""])
+                continue
+            ratio = {f: row["optgym"][f] / row["plain"][f] for f in ("dottext", "text")}
+            tests = " / ".join(str(row["tests"][v]) for v in ("plain", "optgym"))
+            wall = (row.get("build_ratio") or {}).get("wall")
+            rows.append([package, _ratio(ratio["dottext"]), _ratio(ratio["text"]), tests,
+                         f"{wall:.2f}×" if wall else "—"])  # fmt: skip
+        total = measured["total"]
+        ratios = [f"**{_ratio(total['optgym'][f] / total['plain'][f])}**" for f in ("dottext", "text")]
+        rows.append(["**total**", *ratios, "", ""])
+        out += [
+            f"Packages outside the training list, `{name}` (measured once: `{measured['command']}`), "
+            "built with `-Oz -flto=thin -fuse-ld=lld`, optgym ÷ plain clang-22 ThinLTO:",
+            "",
+            *_table(["package", "`.text`", "text", "tests plain / optgym", "build wall (one build, as loaded)"], rows),
+        ]
+    return [*out, ""]
+
+
 def results_page(directory: Path = PRETRAINED_DIR) -> str:
     """The Markdown of ``docs/results.md`` from the provenance files and the portfolios in ``directory`` (x86-64's,
     and each other target's in its own subdirectory)."""
@@ -273,6 +318,11 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
             line
             for path in sorted(directory.glob(f"*/{PORTFOLIO}"))
             for line in _portfolio(json.loads(path.read_text()), path.parent.name)
+        ),
+        *(
+            _thinlto_plan(json.loads((directory / THINLTO_PLAN).read_text()))
+            if (directory / THINLTO_PLAN).is_file()
+            else []
         ),
         *_per_policy(provenances),
     ]
