@@ -3,6 +3,8 @@ and from a per-TU corpus's packages; each module is the backend compile, byte fo
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.problems.inline_size import FEATURES
 from optgym.rollout import rollout
+from optgym_cc.thinlto import PLAN_FORMAT
 
 OPTGYM = [sys.executable, "-m", "optgym.cli", "corpus", "thinlto"]
 LIB = "int scale(int x) { return 3 * x + 1; }\nint twice(int x) { return 2 * scale(x); }\n"
@@ -220,15 +223,19 @@ MAIN_CPP = (
 def test_a_builds_real_links_become_a_corpus_whose_modules_compile_to_what_the_link_got(toolchain, tmp_path):
     """``--build``: a CMake build with a static library, linked with ThinLTO by lld. Every backend of the program's
     link is a module (not CMake's compiler probes), its language is its source's, and compiling it from the corpus
-    gives the native object lld linked, byte for byte — also for the member lld extracted from the archive."""
+    gives the native object lld linked, byte for byte — also for the member lld extracted from the archive, and
+    with the ThinLTO plan's LLVM options, which the link gave every backend (a function alignment that shows in
+    every object)."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "CMakeLists.txt").write_text(CAPTURED_CMAKE)
     (src / "lib.c").write_text(LIB)
     (src / "main.cpp").write_text(MAIN_CPP)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"format": PLAN_FORMAT, "llvm_options": ["-align-all-functions=6"]}))
     corpus_dir = tmp_path / "corpus"
-    result = subprocess.run([*OPTGYM, "--build", str(src), "-o", str(corpus_dir), "-j", "2"],
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run([*OPTGYM, "--build", str(src), "-o", str(corpus_dir), "-j", "2"], capture_output=True,
+                            text=True, timeout=600, env={**os.environ, "OPTGYM_LTO_PLAN": str(plan)})  # fmt: skip
     assert result.returncode == 0 and "2 ThinLTO backends" in result.stdout, result.stdout + result.stderr
     corpus = Corpus(corpus_dir)
     modules = {m.name.split("/")[-1]: m for m in corpus}
@@ -246,4 +253,5 @@ def test_a_builds_real_links_become_a_corpus_whose_modules_compile_to_what_the_l
         assert len(linked) == 1  # the object lld linked into app
         heuristic = rollout(problem, module, toolchain, resolve_policy("heuristic").build(), keep_object=replayed)
         assert heuristic.result.ok and replayed.read_bytes() == kept.read_bytes()
+        assert "-align-all-functions=6" in module.argv(toolchain.clang, [], "-")
     assert rollout(problem, modules["main.cpp"], toolchain, resolve_policy("heuristic").build()).result.decisions > 0

@@ -129,7 +129,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     if mode is None or not is_link(args):
         return args, None
     try:
-        plan = {} if capturing else lto_plan(args)  # a corpus records clang's own links
+        plan = lto_plan(args)  # a corpus records the links the build makes: the plan's too
     except (OSError, ValueError) as e:
         if os.environ.get("OPTGYM_STRICT") == "1":
             raise
@@ -204,13 +204,14 @@ def keep_outputs(spec: dict, workdir: str) -> None:
                 _place(path, workdir)
 
 
-def capture(spec: dict, root: str) -> str:
+def capture(spec: dict, root: str, llvm_options: tuple[str, ...] = ()) -> str:
     """Record the backends of lld's plan ``spec`` under ``root`` for a corpus before they run (lld deletes the
     index files and the archive members it extracted once the link is done); the working directory made for them.
 
     A backend reads its module, its index and the modules it imports under the paths the link named them by,
     relative to the link's directory (CMake's ``CMakeFiles/x.dir/a.c.o``, lld's ``lib.a(m.o at 156).2.54B4.o``):
-    its module identifier is that path, and a compile given another path for it compiles to nothing. So every
+    its module identifier is that path, and a compile given another path for it compiles to nothing. Its command
+    carries the plan's ``llvm_options``, which the link gave every backend. So every
     input is placed in a fresh working directory of this link at the same relative path, and ``backends.jsonl``
     gets one line per job: that directory and the job's command (lld's common arguments and the job's own, the
     module first), to be run there. Absolute inputs stay where they are (a toolchain's, the build tree's); ``..``
@@ -227,7 +228,8 @@ def capture(spec: dict, root: str) -> str:
     for path in inputs:
         _place(path, workdir)
     where = {"workdir": os.path.relpath(workdir, root), "link": spec["common"].get("linker_output"), "cwd": os.getcwd()}
-    records = [json.dumps(where | {"common": spec["common"]["args"], "job": job["args"]}) for job in jobs]
+    common = [*spec["common"]["args"], *(arg for option in llvm_options for arg in ("-mllvm", option))]
+    records = [json.dumps(where | {"common": common, "job": job["args"]}) for job in jobs]
     with open(os.path.join(root, "backends.jsonl"), "a", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in records))  # one write: parallel links do not interleave lines
     return workdir
@@ -257,7 +259,7 @@ def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] 
 
     with open(plan, encoding="utf-8") as f:
         spec = json.load(f)
-    captured = capture(spec, root) if (root := os.environ.get(CAPTURE)) else None
+    captured = capture(spec, root, llvm_options) if (root := os.environ.get(CAPTURE)) else None
     common = spec["common"]["args"]
     options = [arg for option in llvm_options for arg in ("-mllvm", option)]
     commands = [[*common, *BACKEND_FLAGS, *options, *job["args"]] for job in spec["jobs"]]
