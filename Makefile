@@ -34,7 +34,6 @@ venv: $(VENV)/.installed
 
 setup: system-deps venv
 ## Learning on real code (Debian's demo packages → split → ES → report on the held-out package),
-## The whole pipeline on real code (Debian's demo packages → trace → vocab → BC → ES → held-out report),
 ## timed: installation included, and the pipeline alone.
 demo:
 	@start=$$(date +%s); \
