@@ -99,6 +99,12 @@ def _uses_lld(args: list[str]) -> bool:
     return linker is not None and (linker == "lld" or "lld" in os.path.basename(linker))
 
 
+def _relocatable(args: list[str]) -> bool:
+    """Whether the link makes a relocatable object (``-r``), which lld cannot garbage-collect or fold."""
+    items = [item for arg in args for item in (arg.split(",")[1:] if arg.startswith("-Wl,") else [arg])]
+    return any(item in ("-r", "--relocatable", "-relocatable") for item in items)
+
+
 def link_jobs(args: list[str]) -> int:
     """How many backends the link asked to run at once (``-flto-jobs=N``, ``-Wl,--thinlto-jobs=N``), else every
     core. ``all`` and thread-count strategies other than a plain number count as every core."""
@@ -140,6 +146,8 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
         return args, f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
     if not _uses_lld(args):
         return args, "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does"
+    if _relocatable(args):
+        return args, "a relocatable link (-r) makes no program yet; linked as clang does"
     options = plan.get("llvm_options", [])
     ahead = [*(f"-Wl,{flag}" for flag in plan.get("link_flags", [])), *(f"-Wl,-mllvm={o}" for o in options)]
     if policy == "heuristic" and not capturing:  # clang's own backends, in lld: they get the options from it
