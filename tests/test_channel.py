@@ -292,3 +292,31 @@ def test_channel_drives_a_distributed_thinlto_backend(toolchain, tmp_path):
         assert compile_.finish().ok
     assert 1 in imported, f"no decision about an imported callee: {imported}"
     assert (tmp_path / "served.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_compiler_never_outlives_a_host_that_dies_the_moment_it_spawned_it(tmp_path):
+    """The death signal is armed by the child itself, a moment after the spawn returns: a host killed in that
+    moment would leave the child running forever (a served clang then waits on its FIFO for good). The child
+    checks its parent after arming the signal, so it dies either way."""
+    pid_file = tmp_path / "child.pid"
+    host = (
+        "import os\n"
+        "from optgym.toolchain.process import spawn\n"
+        "child = spawn(['sleep', '60'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "os._exit(0)\n"  # at once: no clean-up, like SIGKILL
+    )
+    for _ in range(5):
+        subprocess.run([sys.executable, "-c", host], check=True, timeout=60)
+        child = int(pid_file.read_text())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _alive(child):
+            time.sleep(0.01)
+        assert not _alive(child), "the child outlived its host"

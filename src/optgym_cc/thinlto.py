@@ -168,6 +168,7 @@ def link(clang: str, args: list[str]) -> None:
     clang's own link of the same command with one warning line — a plan's option that some link cannot take
     never breaks the build (``OPTGYM_STRICT=1``: the failure stands). A link optgym leaves alone is exec'd."""
     import subprocess
+    import tempfile
 
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
@@ -180,12 +181,17 @@ def link(clang: str, args: list[str]) -> None:
         sys.stderr.flush()
     if planned == args:
         os.execv(clang, [clang, *args])
-    done = subprocess.run([clang, *planned], capture_output=True)
-    if done.returncode == 0 or strict:
-        sys.stdout.buffer.write(done.stdout)
-        sys.stderr.buffer.write(done.stderr)
-        sys.exit(done.returncode if done.returncode >= 0 else 128 - done.returncode)
-    why = next((line for line in done.stderr.decode(errors="replace").splitlines() if "error" in line), "")
+    # its output goes to unnamed files, not pipes: a pipe would also wait for any process that inherited it
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        returncode = subprocess.run([clang, *planned], stdout=out, stderr=err).returncode
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if returncode == 0 or strict:
+        sys.stdout.buffer.write(stdout)
+        sys.stderr.buffer.write(stderr)
+        sys.exit(returncode if returncode >= 0 else 128 - returncode)
+    why = next((line for line in stderr.decode(errors="replace").splitlines() if "error" in line), "")
     sys.stderr.write(f"optgym-cc: warning: the ThinLTO link failed with optgym's plan and policy ({why.strip()}); "
                      "linked as clang does\n")  # fmt: skip
     sys.stderr.flush()
@@ -260,6 +266,19 @@ def _backend(argv: list[str], policies: list[tuple[str, str]]) -> tuple[int, str
     return subprocess.run(argv).returncode, reply.get("warning") or "the backend fell back", 0
 
 
+def remove_partial_outputs(spec: dict) -> None:
+    """Remove what a backend killed mid-write left: clang writes ``X.o`` as ``X-<8 hex>.o.tmp`` and renames it
+    when done, so a clang that died with its server (SIGKILL, no clean-up) leaves that file in the link's
+    directory. Only files of that pattern next to a job's own outputs are touched."""
+    import glob
+
+    for job in spec["jobs"]:
+        for path in job["outputs"]:
+            stem, ext = os.path.splitext(path)
+            for partial in glob.glob(f"{glob.escape(stem)}-{'[0-9a-f]' * 8}{glob.escape(ext)}.tmp"):
+                os.remove(partial)
+
+
 def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] = ()) -> int:
     """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time, each with ``llvm_options`` (the
     ThinLTO plan's, which lld keeps to itself); the link's exit status."""
@@ -277,6 +296,8 @@ def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] 
     if captured is not None:  # what the link got from each backend, beside its module: what a corpus replays
         keep_outputs(spec, captured)
     failed = [w for _, w, _ in results if w]
+    if failed:
+        remove_partial_outputs(spec)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     if failed:
         kind = "error" if strict else "warning"

@@ -5,7 +5,9 @@ Three mechanisms, because each covers an exit path the others cannot:
 * every compiler is started in its own process group with ``PR_SET_PDEATHSIG=SIGKILL`` (through
   util-linux's ``setpriv``, which keeps ``posix_spawn`` fast; a ``preexec_fn`` otherwise), so a host
   killed with SIGKILL takes its compilers with it — clang would otherwise busy-loop forever on a
-  closed FIFO;
+  closed FIFO, or wait forever to open one. The signal is armed only once the child has set it, so a host
+  that dies before then would leave the child behind; the child checks, after arming it, that its parent is
+  still the host, and exits if not;
 * :func:`kill_group` on every normal exit path (``close()``, exceptions, Ctrl-C, garbage collection);
 * private run directories named after the host PID under one root; :func:`private_dir` removes the
   directories of hosts that died before they could clean up, and :func:`install_sigterm_handler`
@@ -33,8 +35,15 @@ _SETPRIV = shutil.which("setpriv")
 STDERR_TAIL = 4000
 
 
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+#: Run by ``sh`` after ``setpriv`` armed the signal: exec the compiler only if the host (``$0``) is still the
+#: parent, i.e. did not die before the signal was armed.
+_IF_HOST_ALIVE = 'test "$PPID" = "$0" && exec "$@"'
+
+
+def _set_pdeathsig(host: int) -> None:  # pragma: no cover - runs in the child between fork and exec
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != host:
+        os._exit(1)
 
 
 def spawn(
@@ -51,9 +60,10 @@ def spawn(
     PDEATHSIG fires when the *thread* that spawned the child exits: spawn from a thread that lives
     as long as the compile (any ordinary use does).
     """
+    host = os.getpid()
     if _SETPRIV:
         return subprocess.Popen(
-            [_SETPRIV, "--pdeathsig", "KILL", "--", *args],
+            [_SETPRIV, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _IF_HOST_ALIVE, str(host), *args],
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
@@ -69,7 +79,7 @@ def spawn(
         cwd=cwd,
         env=env,
         process_group=0,
-        preexec_fn=_set_pdeathsig,
+        preexec_fn=lambda: _set_pdeathsig(host),
     )
 
 
