@@ -49,6 +49,8 @@ BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
 #: The file of a target's ThinLTO plan (:func:`lto_plan`), beside its policies.
 PLAN = "thinlto.json"
 PLAN_FORMAT = "optgym-thinlto/1"
+#: Triples whose linker is not ELF lld (ld64.lld, lld-link, wasm-ld): the shipped plans' options are ELF lld's.
+NOT_ELF = ("apple", "darwin", "macos", "ios", "windows", "mingw", "msvc", "cygwin", "wasm")
 
 
 #: ``OPTGYM_THINLTO_CAPTURE=DIR``: every backend of every ThinLTO link is recorded in ``DIR`` for a corpus
@@ -71,9 +73,10 @@ def lto_plan(args: list[str]) -> dict:
     target, else none (``{}``). Raises ``ValueError`` for a file that is not a plan, ``OSError`` for one that
     cannot be read: the launcher turns either into one note and clang's own link."""
     spec = os.environ.get("OPTGYM_LTO_PLAN") or "pretrained"
-    if spec == "none":
+    target = cc.compile_target(args)
+    if spec == "none" or (spec == "pretrained" and any(word in target[0] for word in NOT_ELF)):
         return {}
-    path = cc.shipped_policy(PLAN, cc.compile_target(args)) if spec == "pretrained" else spec
+    path = cc.shipped_policy(PLAN, target) if spec == "pretrained" else spec
     if path is None:
         return {}
     with open(path, encoding="utf-8") as f:
