@@ -7,7 +7,8 @@ Three mechanisms, because each covers an exit path the others cannot:
   killed with SIGKILL takes its compilers with it — clang would otherwise busy-loop forever on a
   closed FIFO, or wait forever to open one. The signal is armed only once the child has set it, so a host
   that dies before then would leave the child behind; the child checks, after arming it, that its parent is
-  still the host, and exits if not;
+  still the host, and exits if not (a ``/bin/sh`` between ``setpriv`` and the compiler: +1.3 ms a spawn, median of
+  300 side by side with ``setpriv`` alone on 2 busy cores);
 * :func:`kill_group` on every normal exit path (``close()``, exceptions, Ctrl-C, garbage collection);
 * private run directories named after the host PID under one root; :func:`private_dir` removes the
   directories of hosts that died before they could clean up, and :func:`install_sigterm_handler`
