@@ -27,7 +27,7 @@ from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Normalizer, Vocab, VocabError, build_vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
-from optgym.train.es import ESConfig, direction_fitness, loss_weighted, shape, train_es
+from optgym.train.es import ESConfig, direction_fitness, draw_batch, loss_weighted, shape, train_es
 from optgym.train.run import read_config
 from optgym.train.sb3 import SB3Config, train_sb3
 from optgym.train.trace import TraceError, read_meta, read_modules, sample_modules, trace
@@ -303,3 +303,29 @@ def test_rank_shaping_keeps_one_disastrous_direction_from_drowning_the_others():
     assert abs(raw[2] - raw[3]) > 100 * abs(raw[0] - raw[1])
     assert abs(ranks[2] - ranks[3]) <= 1.0 and ranks[0] - ranks[1] > 0
     assert list(shape(raw, "none")) == raw
+
+
+def test_a_size_stratified_batch_holds_modules_of_every_size():
+    """40 modules, mostly small: a uniform draw of 8 often holds none of the 10 largest; ``size`` draws 2 from
+    each quartile, every iteration. ``uniform`` is the draw ES always made (a seed's batches are unchanged)."""
+    sizes = {f"m{i:02d}": (i + 1) * 100 for i in range(40)}
+    modules = sorted(sizes)
+    largest = set(modules[-10:])
+    for iteration in range(20):
+        batch = draw_batch(modules, 8, np.random.default_rng([3, iteration]), "size", sizes)
+        assert len(batch) == len(set(batch)) == 8
+        assert [sum(modules.index(m) // 10 == q for m in batch) for q in range(4)] == [2, 2, 2, 2]
+    uniform = [draw_batch(modules, 8, np.random.default_rng([3, it])) for it in range(20)]
+    assert any(not largest & set(b) for b in uniform)  # what the strata are for
+    assert uniform[0] == sorted(np.random.default_rng([3, 0]).choice(modules, 8, replace=False).tolist())
+    # the remainder goes to the larger strata, and a batch of all is every module
+    odd = draw_batch(modules, 10, np.random.default_rng(0), "size", sizes)
+    assert [sum(modules.index(m) // 10 == q for m in odd) for q in range(4)] == [2, 2, 3, 3]
+    assert draw_batch(modules, None, np.random.default_rng(0), "size", sizes) == modules
+
+
+def test_an_unknown_batching_is_refused_before_the_run_exists(tmp_path):
+    result = CliRunner().invoke(app, ["train", "es", "--corpus", str(tmp_path), "-o", str(tmp_path / "run"),
+                                      "--batch", "largest"])  # fmt: skip
+    assert result.exit_code != 0 and "--batch 'largest'" in result.output
+    assert not (tmp_path / "run").exists()

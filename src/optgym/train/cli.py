@@ -357,6 +357,9 @@ def es_command(
     shaping: Annotated[
         str, typer.Option(help="none: raw fitnesses | rank: centered ranks (one disaster cannot drown the rest)")
     ] = "none",
+    batch: Annotated[
+        str, typer.Option(help="uniform | size: each iteration's modules drawn evenly from quartiles of module size")
+    ] = "uniform",
     allowance: Annotated[
         str | None,
         typer.Option(
@@ -388,7 +391,8 @@ def es_command(
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
                        language=language, loss_weight=loss_weight, fitness=fitness,
                        companions=[list(pair) for pair in parse_companions(with_)],
-                       scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping)  # fmt: skip
+                       scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping,
+                       batch=batch)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

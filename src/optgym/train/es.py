@@ -94,6 +94,7 @@ class ESConfig:
     #: derived inputs, from clang's own decisions: ES perturbs only the gates' weights and the bias
     allowance: list[str] = field(default_factory=list)
     shaping: str = "none"  # "rank": centered ranks of the directions' fitnesses (SHAPING)
+    batch: str = "uniform"  # "size": each iteration's modules drawn evenly from strata of bitcode size (BATCHING)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,35 @@ def shape(fitness: list[float], shaping: str) -> np.ndarray:
     return ranks / (values.size - 1) - 0.5
 
 
+#: How an iteration draws its modules when it takes fewer than all (``--batch``).
+BATCHING = ("uniform", "size")
+#: ``--batch size``: the strata of module size a batch draws from evenly.
+SIZE_STRATA = 4
+
+
+def draw_batch(modules: list[str], count: int | None, rng: np.random.Generator, batching: str = "uniform",
+               sizes: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+    """The modules of one iteration: all of them, or ``count`` drawn without replacement — uniformly, or
+    (``"size"``) as evenly as possible from :data:`SIZE_STRATA` strata of ``sizes`` (the larger strata take
+    the remainder). Why strata: with ``--fitness total`` a batch's bytes are mostly its large modules, yet a
+    corpus holds mostly small ones, so a uniform draw of 32 often holds no large module at all, and the step
+    follows what small modules want (the AArch64 allowance runs never opened the allowance of large modules,
+    which the hand rule gets most of its bytes from)."""
+    if not count or count >= len(modules):
+        return modules
+    if batching == "uniform":
+        return sorted(rng.choice(modules, count, replace=False).tolist())
+    assert sizes is not None
+    ordered = sorted(modules, key=lambda m: (sizes[m], m))
+    strata = [list(part) for part in np.array_split(np.array(ordered, dtype=object), SIZE_STRATA)]
+    each, remainder = divmod(count, SIZE_STRATA)
+    chosen: list[str] = []
+    for k, stratum in enumerate(strata):
+        take = min(len(stratum), each + (k >= SIZE_STRATA - remainder))
+        chosen += rng.choice(stratum, take, replace=False).tolist()
+    return sorted(chosen)
+
+
 class Adam:
     """Adam for gradient *ascent* on a flat vector; its state is three arrays and a step count."""
 
@@ -208,6 +238,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         raise RunError(f"--fitness {cfg.fitness!r}: one of {', '.join(FITNESS)}")
     if cfg.shaping not in SHAPING:
         raise RunError(f"--shaping {cfg.shaping!r}: one of {', '.join(SHAPING)}")
+    if cfg.batch not in BATCHING:
+        raise RunError(f"--batch {cfg.batch!r}: one of {', '.join(BATCHING)}")
     if cfg.scorer_hidden < 0:
         raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
@@ -228,6 +260,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     write_config(run, "es", asdict(cfg))  # a resume may extend the budget (--iterations)
     modules = [m.name for m in corpus]
     sources = dict(zip(modules, portable_modules(corpus, cfg.workers), strict=True))  # under Ray: by content
+    module_sizes = {m.name: m.bitcode.stat().st_size for m in corpus} if cfg.batch == "size" else None
 
     # θ and the optimizer: from the latest snapshot, the warm start, or a fresh small network
     last = latest_snapshot(run) if resume else None
@@ -285,9 +318,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     while iteration < cfg.iterations:
         iteration += 1
         rng = np.random.default_rng([cfg.seed, iteration])
-        batch = modules
-        if cfg.modules_per_iteration and cfg.modules_per_iteration < len(modules):
-            batch = sorted(rng.choice(modules, cfg.modules_per_iteration, replace=False).tolist())
+        batch = draw_batch(modules, cfg.modules_per_iteration, rng, cfg.batch, module_sizes)
         eps = rng.standard_normal((cfg.directions, theta.size)) * mask
         tasks = [
             ESTask(cfg.problem, sources[m], m, shipped, (theta + sign * cfg.sigma * eps[i]).astype(np.float32),
