@@ -110,7 +110,10 @@ def record(plan_path: Path, name: str, reports: list[Path]) -> dict:
              for variant in ("plain", "optgym")}  # fmt: skip
     plan = json.loads(plan_path.read_text())
     plan.setdefault("figures", {}).setdefault("unseen", {})[name] = {
-        "command": "optgym compare-build SRC --lto thin --test -j 2", "packages": rows, "total": total}
+        "command": "optgym compare-build SRC --lto thin --test -j 2",
+        "packages": rows,
+        "total": total,
+    }
     plan_path.write_text(json.dumps(plan, indent=1) + "\n")
     return total
 
@@ -171,8 +174,11 @@ def summarize(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
         measured = [r["totals"] for r in packages.values() if "totals" in r]
         ratios = {field: sum(t["optgym"][field] for t in measured) / sum(t["plain"][field] for t in measured)
                   if measured else float("nan") for field in ("text", "dottext")}  # fmt: skip
-        larger = sorted(package for package, r in packages.items()
-                        if "totals" in r and any((r["totals"]["ratio"][f] or 1.0) > 1.0 for f in ("text", "dottext")))
+        larger = sorted(
+            package
+            for package, r in packages.items()
+            if "totals" in r and any((r["totals"]["ratio"][f] or 1.0) > 1.0 for f in ("text", "dottext"))
+        )
         summary[name] = {"ok": ok and bool(measured), "larger": larger, **ratios}
     return summary
 
