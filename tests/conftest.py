@@ -211,6 +211,14 @@ def runtime_leftovers() -> list[Path]:
 MP_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not yet reaped, is not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def live_children() -> list[psutil.Process]:
     """Descendants of this test process that are still running (zombies excluded)."""
     alive = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import runtime_leftovers
+from conftest import process_running, runtime_leftovers
 
 import optgym
 from optgym.corpus import Corpus
@@ -294,13 +294,6 @@ def test_channel_drives_a_distributed_thinlto_backend(toolchain, tmp_path):
     assert (tmp_path / "served.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_a_compiler_never_outlives_a_host_that_dies_the_moment_it_spawned_it(tmp_path):
     """The death signal is armed by the child itself, a moment after the spawn returns: a host killed in that
     moment would leave the child running forever (a served clang then waits on its FIFO for good). The child
@@ -317,6 +310,6 @@ def test_a_compiler_never_outlives_a_host_that_dies_the_moment_it_spawned_it(tmp
         subprocess.run([sys.executable, "-c", host], check=True, timeout=60)
         child = int(pid_file.read_text())
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _alive(child):
+        while time.monotonic() < deadline and process_running(child):
             time.sleep(0.01)
-        assert not _alive(child), "the child outlived its host"
+        assert not process_running(child), "the child outlived its host"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import process_running
 
 from optgym.corpus import Corpus
 from optgym.corpus.portable import ModuleRef, module_digest, modules_dir, portable_modules
@@ -225,18 +226,9 @@ def test_process_pool_workers_die_with_a_killed_driver(tmp_path):
         driver.kill()
         driver.wait()
     deadline = time.monotonic() + 10
-    while any(_running(w) for w in workers) and time.monotonic() < deadline:
+    while any(process_running(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_running(w) for w in workers), "workers outlived their driver"
-
-
-def _running(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    assert not any(process_running(w) for w in workers), "workers outlived their driver"
 
 
 def test_backend_selection(monkeypatch):
