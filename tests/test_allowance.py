@@ -94,3 +94,28 @@ def test_the_exported_graph_decides_as_the_allowance_does(trace_dir, tmp_path):
     ours = exported.actions(raw, h, np.ones(len(h)))
     assert np.array_equal(ours, policy.logits(raw, h, 1).argmax(-1))
     assert (ours > h).any(), "an allowance that adds no inline on the trace tests nothing"
+
+
+def test_an_allowance_trained_on_cxx_decides_cxx_only(corpus_dir, tmp_path):
+    """ES on the C++ modules only gives a policy that says so (``languages``), through export too, and a C
+    module evaluated with it is clang's own compile — whatever the allowance would have done to C."""
+    from optgym.corpus import Corpus
+    from optgym.policies.export import export_policy
+    from optgym.policies.exported import OnnxPolicy
+    from optgym.train.evaluation import evaluate
+
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, iterations=1, directions=1, sigma=0.3,
+                   workers=2, final_eval=False, language="C++")  # fmt: skip
+    train_es(cfg, say=lambda s: None)
+    trained = MLPPolicy.load(tmp_path / "es" / "final" / "policy")
+    assert trained.languages == ["C++"]
+    wide = _with(trained, 1.0, [1.0, 1.0, 1.0])  # inlines far past clang wherever it decides
+    wide.save(tmp_path / "wide")
+    export_policy(tmp_path / "wide", tmp_path / "wide.onnx")
+    assert OnnxPolicy.load(tmp_path / "wide.onnx").languages == ["C++"]
+    rows = {r.module: r for r in evaluate(str(tmp_path / "wide.onnx"), corpus_dir, workers=2, progress=False)}
+    language = {m.name: m.language for m in Corpus(corpus_dir)}
+    c_rows = [r for name, r in rows.items() if language[name] == "C"]
+    cxx_rows = [r for name, r in rows.items() if language[name] == "C++"]
+    assert c_rows and all(r.policy_text == r.heuristic_text and r.decisions_differing == 0 for r in c_rows)
+    assert any(r.decisions_differing > 0 for r in cxx_rows), "an allowance that changes no C++ decision tests nothing"

@@ -464,6 +464,7 @@ def export_policy(run: Path | str, output: Path | str, *, provenance: dict[str, 
     else:
         metadata |= {
             "extras": policy.extras,
+            "languages": policy.languages,
             "actions": int(policy.weights[-1][0].shape[1]),
             "network": {
                 "hidden": policy.hidden,

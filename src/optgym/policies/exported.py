@@ -91,6 +91,7 @@ class OnnxPolicy:
         self._features: list[str] = list(metadata["features"])
         self._needs_heuristic = "heuristic" in (metadata.get("extras") or [])
         self._needs_language = "cxx" in (metadata.get("extras") or [])
+        self.languages: list[str] | None = metadata.get("languages")  # the families it decides; None: all
         self.greedy = True
         self.rng = np.random.default_rng()
 

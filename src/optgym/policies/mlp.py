@@ -68,7 +68,10 @@ class MLPPolicy:
         seed: int | None = None,
         source: dict[str, Any] | None = None,
         extras: Sequence[str] = (),
+        languages: Sequence[str] | None = None,
     ) -> None:
+        """``languages``: the families ("C", "C++") the policy decides, the ones it was trained on; compiles
+        of another language get clang's own decisions (:func:`optgym.rollout.decider.decides`). ``None``: all."""
         if activation not in ACTIVATIONS:
             raise PolicyFileError(f"unknown activation {activation!r}; one of {ACTIVATIONS}")
         self.weights = [(np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64)) for w, b in weights]
@@ -83,6 +86,7 @@ class MLPPolicy:
         self.greedy = greedy
         self.rng = np.random.default_rng(seed)
         self.source = source or {}
+        self.languages = None if languages is None else list(languages)
         self._prune()
 
     def _prune(self) -> None:
@@ -209,6 +213,7 @@ class MLPPolicy:
                 "hidden": self.hidden,
                 "activation": self.activation,
                 **({"extras": self.extras} if self.extras else {}),
+                **({"languages": self.languages} if self.languages is not None else {}),
                 "source": self.source,
             }
             (tmp / "policy.json").write_text(json.dumps(meta, indent=2))
@@ -247,7 +252,7 @@ class MLPPolicy:
         try:
             return cls(weights, vocab, problem=meta.get("problem", "inline-size"),
                        activation=meta.get("activation", "tanh"), source=meta.get("source", {}),
-                       extras=meta.get("extras", ()), **kw)  # fmt: skip
+                       extras=meta.get("extras", ()), languages=meta.get("languages"), **kw)  # fmt: skip
         except VocabError as e:
             raise PolicyFileError(f"{directory}: {e}") from None
 

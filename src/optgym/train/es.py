@@ -288,11 +288,11 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             if not isinstance(policy, CandidateScorer):
                 raise RunError(f"--scorer-hidden extends a candidate scorer: --warmstart {cfg.warmstart} is not one")
             policy = ResidualScorer.extending(policy, cfg.scorer_hidden, seed=cfg.seed)
-        if isinstance(policy, CandidateScorer) and cfg.language and policy.languages is None:
-            policy.languages = [cfg.language]  # it decides what it was trained on
         theta = policy.parameters()
         adam = Adam(theta.size, cfg.learning_rate)
         iteration = 0
+    if cfg.language and policy.languages is None:
+        policy.languages = [cfg.language]  # it decides what it was trained on; the other language keeps clang's
 
     # what ES perturbs: every parameter, or an allowance's gates and bias
     mask = trainable(policy) if cfg.allowance else np.ones(theta.size)  # type: ignore[arg-type]
@@ -313,7 +313,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     shipped = portable_path(str(template), cfg.workers)
 
     writer = SummaryWriter(str(run))
-    csv = ProgressCSV(run / "progress.csv")
+    csv = ProgressCSV(run / "progress.csv", resumed_at=("iteration", iteration))
     failures = 0
     while iteration < cfg.iterations:
         iteration += 1

@@ -189,7 +189,7 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
     if last is not None:
         say(f"resuming {run} after round {first_round - 1}")
     writer = SummaryWriter(str(run))
-    csv = ProgressCSV(run / "progress.csv")
+    csv = ProgressCSV(run / "progress.csv", resumed_at=("round", first_round - 1))
     sources = [(s, False, cfg.unsearched) for s in cfg.search]
     for k in range(1, first_round):  # the DAgger searches of the rounds already done
         sources += [(str(d), True, False) for d in sorted((run / "dagger" / f"round-{k:02d}").glob("search-*"))]

@@ -121,15 +121,35 @@ class ProgressCSV:
     """``progress.csv``, appended a row at a time (a resumed run continues the same file).
 
     When a row brings a column the file lacks, the file is rewritten once with the wider header —
-    atomically, so a kill in the middle leaves the old file.
+    atomically, so a kill in the middle leaves the old file. ``resumed_at=(column, value)``: a run resumed
+    from the snapshot at ``value`` does again what it did after it, so the rows past it (``column``, the
+    run's step, above ``value``) are dropped — else a learning curve holds those steps twice.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, resumed_at: tuple[str, float] | None = None) -> None:
         self.path = Path(path)
         self.fields: list[str] = []
         if self.path.exists():
             with self.path.open(newline="") as f:
                 self.fields = next(csv.reader(f), [])
+            if resumed_at is not None:
+                self._drop_after(*resumed_at)
+
+    def _drop_after(self, column: str, value: float) -> None:
+        with self.path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        kept = [r for r in rows if not r.get(column) or float(r[column]) <= value]
+        if len(kept) < len(rows):
+            self._rewrite(kept)
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+        import io
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self.fields)
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_bytes(self.path, buf.getvalue().encode())
 
     def write(self, row: dict[str, Any]) -> None:
         new = [k for k in row if k not in self.fields]
@@ -139,13 +159,7 @@ class ProgressCSV:
                 with self.path.open(newline="") as f:
                     rows = list(csv.DictReader(f))
             self.fields += new
-            import io
-
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=self.fields)
-            w.writeheader()
-            w.writerows(rows)
-            atomic_write_bytes(self.path, buf.getvalue().encode())
+            self._rewrite(rows)
         with self.path.open("a", newline="") as f:
             csv.DictWriter(f, fieldnames=self.fields).writerow({k: row.get(k, "") for k in self.fields})
 

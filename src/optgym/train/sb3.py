@@ -211,14 +211,14 @@ def export_policy(model, vocab: Vocab, cfg: SB3Config, directory: Path) -> MLPPo
 # -- logging and snapshots ------------------------------------------------------------------------------
 
 
-def _csv_writer(path: Path):
+def _csv_writer(path: Path, timesteps: int):
     from stable_baselines3.common.logger import KVWriter
 
     class CSVWriter(KVWriter):
         """SB3 logger output that appends to ``progress.csv`` (resumes continue the file)."""
 
         def __init__(self) -> None:
-            self.csv = ProgressCSV(path)
+            self.csv = ProgressCSV(path, resumed_at=("timesteps", timesteps))
 
         def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
             row: dict[str, Any] = {"timesteps": step}
@@ -390,7 +390,12 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
                 warmstart(model, MLPPolicy.load(policy_dir_of(Path(cfg.warmstart))))  # type: ignore[arg-type]
             iteration = 0
             snapshot(model, run, 0, vocab, cfg)  # a resume point before the first interval
-        model.set_logger(Logger(str(run), [TensorBoardOutputFormat(str(run)), _csv_writer(run / "progress.csv")]))
+        model.set_logger(
+            Logger(
+                str(run),
+                [TensorBoardOutputFormat(str(run)), _csv_writer(run / "progress.csv", int(model.num_timesteps))],
+            )
+        )
         callback = TrainingCallback(cfg, run, vocab, iteration, say)
         total = cfg.iterations * cfg.steps_per_iteration
         remaining = total - int(model.num_timesteps)
