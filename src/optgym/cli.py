@@ -16,11 +16,13 @@ from rich.table import Table
 
 import optgym.rollout  # noqa: F401  (registers the heuristic workers of `optgym corpus info` and --max-decisions)
 from optgym.corpus.cli import corpus_app
+from optgym.evaluate.benchmark import benchmark_app
 from optgym.train.cli import Companions, parse_companions, search_command, trace_command, train_app, vocab_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(train_app, name="train")
+app.add_typer(benchmark_app, name="benchmark")
 app.command("trace")(trace_command)
 app.command("vocab")(vocab_command)
 app.command("search")(search_command)  # top-level, and also `optgym train search`
