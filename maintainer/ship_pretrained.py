@@ -45,7 +45,7 @@ from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
 from optgym.train.evaluation import GUARD_BELOW, evaluate
-from optgym.train.threshold import summary_figures
+from optgym.train.threshold import figures_by_language
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
 UNSEEN = "unseen_packages_with_shipped_policies"
@@ -56,11 +56,7 @@ FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio
 
 def by_language(rows: list, corpus: Corpus) -> dict[str, dict]:
     """The evaluation summary over all modules and per language (C++ includes ObjC++)."""
-    lang = {r.module: corpus.module(r.module).family for r in rows}
-    out = {"all": summary_figures(rows, FIGURES)}
-    for name in ("C", "C++"):
-        out[name] = summary_figures([r for r in rows if lang[r.module] == name], FIGURES)
-    return out
+    return figures_by_language(rows, {r.module: corpus.module(r.module).family for r in rows}, FIGURES)
 
 
 def training_figures(run: Path, metadata: dict) -> dict:

@@ -481,13 +481,9 @@ def _trace_compiles(trace: Path) -> int | None:
 
 def by_language(rows: Sequence[Any], corpus: Any) -> dict[str, dict[str, Any]]:
     """:data:`FIGURES` (and ``regressed_share``) over all modules and per language family (C++ with ObjC++)."""
-    from optgym.train.threshold import summary_figures
+    from optgym.train.threshold import figures_by_language
 
-    family = {m.name: m.family for m in corpus}
-    out = {"all": summary_figures(rows, FIGURES)}
-    for language in LANGUAGES[1:]:
-        out[language] = summary_figures([r for r in rows if family[r.module] == language], FIGURES)
-    return out
+    return figures_by_language(rows, {m.name: m.family for m in corpus}, FIGURES)
 
 
 def search_rows(search: Path, corpus: Any) -> tuple[list[Any], int]:

@@ -313,6 +313,17 @@ def summary_figures(rows: Sequence[Any], keys: Sequence[str] = REPORTED) -> dict
     }
 
 
+def figures_by_language(
+    rows: Sequence[Any], family_of: dict[str, str], keys: Sequence[str] = REPORTED
+) -> dict[str, dict[str, Any]]:
+    """:func:`summary_figures` over all ``rows`` and per language family (``family_of``: module name → "C" or
+    "C++", ObjC++ counted as C++) — the shape every provenance file and leaderboard row keeps."""
+    out = {"all": summary_figures(rows, keys)}
+    for family in ("C", "C++"):
+        out[family] = summary_figures([r for r in rows if family_of[r.module] == family], keys)
+    return out
+
+
 def config_from_options(options: dict[str, Any], output: Path | str) -> ThresholdConfig:
     """A recorded ``[run]`` table (``RUN/config.toml``) as a config writing to ``output``."""
     fields = {k: v for k, v in options.items() if k in ThresholdConfig.__dataclass_fields__}
@@ -323,6 +334,7 @@ def config_from_options(options: dict[str, Any], output: Path | str) -> Threshol
 __all__ = [
     "ThresholdConfig",
     "config_from_options",
+    "figures_by_language",
     "gate_holds",
     "parse_gate",
     "parse_shift",
