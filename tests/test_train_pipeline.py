@@ -300,6 +300,19 @@ def test_total_fitness_follows_the_bytes_where_the_mean_follows_the_modules():
     assert direction_fitness(big_win, "total", 1.0) == pytest.approx(138 / 30_300)
 
 
+def test_worse_penalty_counts_modules_more_than_1pct_worse_whatever_their_bytes():
+    """``big_win`` makes its 300-byte module 2 % larger: 6 bytes, invisible in the batch's total, one module
+    of two over the size target's bar. The penalty takes P × 1/2 off; a module 1 % larger exactly is not over."""
+    big_win = [_outcome(300, 306), _outcome(30_000, 29_850)]
+    plain = direction_fitness(big_win, "total", 0.0)
+    assert direction_fitness(big_win, "total", 0.0, worse_penalty=0.1) == pytest.approx(plain - 0.05)
+    assert direction_fitness(big_win, "mean", 0.0, worse_penalty=0.1) == pytest.approx(
+        direction_fitness(big_win, "mean", 0.0) - 0.05
+    )
+    at_the_bar = [_outcome(300, 303), _outcome(30_000, 29_850)]
+    assert direction_fitness(at_the_bar, "total", 0.0, worse_penalty=0.1) == direction_fitness(at_the_bar, "total", 0.0)
+
+
 def test_rank_shaping_keeps_one_disastrous_direction_from_drowning_the_others():
     """Direction 0 saves a little either way round; direction 1's ``+`` side inlines far too much. Raw
     fitnesses give direction 1's difference 500 times direction 0's weight; centered ranks bound every

@@ -350,6 +350,9 @@ def es_command(
     fitness: Annotated[
         str, typer.Option(help="mean: per-module rewards averaged (MLGO) | total: bytes saved over each batch")
     ] = "mean",
+    worse_penalty: Annotated[
+        float, typer.Option(help="subtract P × each batch's share of modules more than 1 % worse from its fitness")
+    ] = 0.0,
     with_: Companions = None,
     scorer_hidden: Annotated[
         int, typer.Option(help="widen a linear candidate scorer by N hidden units (a residual scorer) first")
@@ -389,7 +392,7 @@ def es_command(
                        iterations=iterations or 10, directions=directions, modules_per_iteration=modules_per_iteration,
                        sigma=sigma, learning_rate=learning_rate, workers=workers, snapshot_every=snapshot_every,
                        seed=seed, timeout=timeout, final_eval=final_eval, problem=problem,
-                       language=language, loss_weight=loss_weight, fitness=fitness,
+                       language=language, loss_weight=loss_weight, fitness=fitness, worse_penalty=worse_penalty,
                        companions=[list(pair) for pair in parse_companions(with_)],
                        scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping,
                        batch=batch)  # fmt: skip

@@ -18,7 +18,9 @@ beside the eviction scorer it would be served with), the reward their effect tog
    loss for another's gain at par. With ``fitness="total"`` a direction's fitness is instead the bytes
    it saves over the batch (losses weighted the same way) divided by clang's bytes: the build's total,
    which is what the size target counts — a mean of ratios lets a 300-byte module steer the step as
-   hard as a 30 kB one, though it holds a hundredth of the bytes.
+   hard as a 30 kB one, though it holds a hundredth of the bytes. ``worse_penalty`` P > 0 then subtracts
+   P × the share of the batch's modules made more than 1 % larger than clang's: bytes cannot see a small
+   module's regression, yet the size target caps the share of such modules, whatever their size.
 
 No value function, no per-decision credit: the whole compile is one sample, which suits a reward
 that only exists once the object is measured. Snapshots (θ, Adam's moments and step, the numpy
@@ -46,7 +48,7 @@ from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
-from optgym.train.evaluation import companion_factories
+from optgym.train.evaluation import companion_factories, more_than_1pct_worse
 from optgym.train.run import (
     ProgressCSV,
     RunError,
@@ -83,6 +85,7 @@ class ESConfig:
     language: str | None = None  # train on "C" or "C++" modules only (a scorer then decides only that one)
     loss_weight: float = 0.0  # a module made larger counts (1 + loss_weight) times in the fitness
     fitness: str = "mean"  # "mean": mean per-module reward; "total": bytes saved over the batch (FITNESS)
+    worse_penalty: float = 0.0  # subtracted per unit of the batch's share of modules more than 1 % worse
     #: ``[problem, policy spec]`` pairs: other problems of every compile, decided by fixed policies (a priority
     #: scorer trained beside the eviction scorer it will be served with); the reward is then all of them
     #: together against clang alone
@@ -153,14 +156,22 @@ def loss_weighted(reward: float, weight: float) -> float:
 FITNESS = ("mean", "total")
 
 
-def direction_fitness(outcomes: list[dict[str, Any]], fitness: str, loss_weight: float) -> float:
+def direction_fitness(
+    outcomes: list[dict[str, Any]], fitness: str, loss_weight: float, worse_penalty: float = 0.0
+) -> float:
     """One side of one direction, from its modules' ``es_rollout`` outcomes: the mean loss-weighted reward
     (``"mean"``), or the loss-weighted bytes saved per byte of clang's (``"total"``; a module's saving is
-    its own, so a loss still counts ``1 + loss_weight`` times)."""
+    its own, so a loss still counts ``1 + loss_weight`` times); less ``worse_penalty`` times the share of
+    the modules more than 1 % larger than clang's."""
     if fitness == "total":
         saved = sum(loss_weighted(r["heuristic_text_bytes"] - r["text_bytes"], loss_weight) for r in outcomes)
-        return saved / max(sum(r["heuristic_text_bytes"] for r in outcomes), 1)
-    return float(np.mean([loss_weighted(r["reward"], loss_weight) for r in outcomes]))
+        value = saved / max(sum(r["heuristic_text_bytes"] for r in outcomes), 1)
+    else:
+        value = float(np.mean([loss_weighted(r["reward"], loss_weight) for r in outcomes]))
+    if worse_penalty:
+        worse = sum(more_than_1pct_worse(r["text_bytes"], r["heuristic_text_bytes"]) for r in outcomes)
+        value -= worse_penalty * worse / len(outcomes)
+    return value
 
 
 #: How the directions' fitnesses are turned into the weights of their perturbations (``--shaping``).
@@ -340,8 +351,9 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             failures += sum(1 for side in (plus, minus) for r in side.values() if "reward" not in r)
             if not both:
                 continue
-            pairs.append((i, direction_fitness([plus[m] for m in both], cfg.fitness, cfg.loss_weight),
-                          direction_fitness([minus[m] for m in both], cfg.fitness, cfg.loss_weight)))  # fmt: skip
+            score = functools.partial(direction_fitness, fitness=cfg.fitness, loss_weight=cfg.loss_weight,
+                                      worse_penalty=cfg.worse_penalty)  # fmt: skip
+            pairs.append((i, score([plus[m] for m in both]), score([minus[m] for m in both])))
             for side in (plus, minus):
                 rewards += [side[m]["reward"] for m in both]
                 sizes += sum(side[m]["text_bytes"] for m in both)

@@ -64,6 +64,16 @@ class ModuleRow:
         return min(self.policy_text, self.heuristic_text) if self.policy_text < below else self.policy_text
 
 
+#: The size target's regression bar: an object more than this many times clang's is "more than 1 % worse".
+WORSE = 1.01
+
+
+def more_than_1pct_worse(size: int, heuristic: int) -> bool:
+    """Whether an object of ``size`` bytes is more than 1 % larger than clang's ``heuristic`` bytes — what every
+    report counts and the size target caps the share of."""
+    return size > WORSE * heuristic
+
+
 @dataclass(frozen=True)
 class _Task:
     problem: str
@@ -175,7 +185,7 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
         "improved": sum(r.policy_text < r.heuristic_text for r in ok),  # type: ignore[operator]
         "regressed": sum(r.policy_text > r.heuristic_text for r in ok),  # type: ignore[operator]
         "same": sum(r.policy_text == r.heuristic_text for r in ok),
-        "regressed_over_1pct": sum(r.ratio > 1.01 for r in ok),  # type: ignore[operator]
+        "regressed_over_1pct": sum(more_than_1pct_worse(r.policy_text, r.heuristic_text) for r in ok),  # type: ignore[arg-type]
         "heuristic_text_bytes": h,
         "policy_text_bytes": p,
         "heuristic_dottext_bytes": hd,
@@ -187,7 +197,10 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
         "guarded_ratio": sum(min(r.texts) for r in ok) / h if h else None,
         # what a build with OPTGYM_GUARD_BELOW=GUARD_BELOW gets: the smaller one only where the policy's is small
         "guarded_below_ratio": sum(r.guarded_below(GUARD_BELOW) for r in ok) / h if h else None,
-        "guarded_below_over_1pct": sum(r.guarded_below(GUARD_BELOW) > 1.01 * r.heuristic_text for r in ok),  # type: ignore[operator]
+        "guarded_below_over_1pct": sum(
+            more_than_1pct_worse(r.guarded_below(GUARD_BELOW), r.heuristic_text)  # type: ignore[arg-type]
+            for r in ok
+        ),
         "dottext_ratio": pd / hd if hd else None,
         "geomean_ratio": math.exp(sum(logs) / len(logs)) if logs else None,
         "decisions": total("decisions"),
