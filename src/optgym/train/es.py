@@ -324,6 +324,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     shipped = portable_path(str(template), cfg.workers)
 
     writer = SummaryWriter(str(run))
+    score = functools.partial(direction_fitness, fitness=cfg.fitness, loss_weight=cfg.loss_weight,
+                              worse_penalty=cfg.worse_penalty)  # fmt: skip
     csv = ProgressCSV(run / "progress.csv", resumed_at=("iteration", iteration))
     failures = 0
     while iteration < cfg.iterations:
@@ -351,8 +353,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             failures += sum(1 for side in (plus, minus) for r in side.values() if "reward" not in r)
             if not both:
                 continue
-            score = functools.partial(direction_fitness, fitness=cfg.fitness, loss_weight=cfg.loss_weight,
-                                      worse_penalty=cfg.worse_penalty)  # fmt: skip
             pairs.append((i, score([plus[m] for m in both]), score([minus[m] for m in both])))
             for side in (plus, minus):
                 rewards += [side[m]["reward"] for m in both]

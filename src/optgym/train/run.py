@@ -131,16 +131,16 @@ class ProgressCSV:
         self.fields: list[str] = []
         if self.path.exists():
             with self.path.open(newline="") as f:
-                self.fields = next(csv.reader(f), [])
-            if resumed_at is not None:
-                self._drop_after(*resumed_at)
-
-    def _drop_after(self, column: str, value: float) -> None:
-        with self.path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-        kept = [r for r in rows if not r.get(column) or float(r[column]) <= value]
-        if len(kept) < len(rows):
-            self._rewrite(kept)
+                if resumed_at is None:
+                    self.fields = next(csv.reader(f), [])
+                    return
+                reader = csv.DictReader(f)
+                rows = list(reader)
+                self.fields = list(reader.fieldnames or [])
+            column, value = resumed_at
+            kept = [r for r in rows if not r.get(column) or float(r[column]) <= value]
+            if len(kept) < len(rows):
+                self._rewrite(kept)
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         import io
