@@ -445,6 +445,7 @@ def demo(
 
     The learner is ES over an allowance above clang's inline threshold (optgym.policies.allowance), started
     from clang's own decisions; the held-out package is C++, where inlining has something to win."""
+    import shutil
     import subprocess
     import time
 
@@ -472,6 +473,8 @@ def demo(
          ["evaluate", "--policy", str(es), "--corpus", str(corpus), "--split", "test", "-o", str(report), *jobs]),
     ]  # fmt: skip
     start = time.monotonic()
+    # a rerun trains again (the corpus is reused): the demo shows learning, and ES refuses to write over a run
+    shutil.rmtree(es, ignore_errors=True)
     for title, args in steps:
         console.rule(f"[bold]{title}")
         console.print(f"$ optgym {' '.join(args)}", highlight=False, soft_wrap=True)
