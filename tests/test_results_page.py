@@ -14,10 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
 
 
+def _table_rows(page: str) -> list[list[str]]:
+    """The cells of every table row of ``page``."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| ")]
+
+
 def _rows(page: str, first_cell: str) -> list[list[str]]:
     """The cells of every table row of ``page`` whose first cell is ``first_cell``."""
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| ")]
-    return [r for r in rows if r[0] == first_cell]
+    return [r for r in _table_rows(page) if r[0] == first_cell]
 
 
 def test_the_shipped_policies_have_provenance():
@@ -52,6 +56,22 @@ def test_every_unseen_set_appears_with_its_figures():
                 assert row[9] == f"{figures['guarded_below_ratio']:.4f}, {figures['guarded_below_over_1pct']} worse"
             for package in entry["packages"]:
                 assert package in page
+
+
+def test_c_sets_pool_only_with_sets_built_by_as_many_candidates():
+    """A C total over builds of one and of two compiles per object is neither build's: one pooled C row per
+    candidate count, each the byte-weighted total of exactly its sets; C++ (one compile an object) pools once."""
+    page = results_page()
+    entries = json.loads(PROVENANCES[0].read_text())["figures"]["unseen_packages_with_shipped_policies"]
+    pooled = [r for r in _table_rows(page) if r[0].startswith("all ") and r[3] == "C"]
+    counts = {e["candidates"] for e in entries if e["C"]["evaluated"]}
+    assert sorted(r[2] for r in pooled) == sorted(str(n) for n in counts)
+    for row in pooled:
+        sets = [e["C"] for e in entries if e["C"]["evaluated"] and str(e["candidates"]) == row[2]]
+        clang = sum(f["heuristic_text_bytes"] for f in sets)
+        assert row[0] == f"all {len(sets)} sets" and row[4] == str(sum(f["evaluated"] for f in sets))
+        assert row[5] == f"{sum(f['total_ratio'] * f['heuristic_text_bytes'] for f in sets) / clang:.4f}"
+    assert len([r for r in _table_rows(page) if r[0].startswith("all ") and r[3] == "C++"]) == 1
 
 
 def test_held_out_figures_of_every_policy():
