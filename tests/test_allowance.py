@@ -71,6 +71,24 @@ def test_es_moves_only_the_allowance(corpus_dir, tmp_path):
     assert latest_snapshot(tmp_path / "es") is not None
 
 
+def test_an_annealed_run_takes_the_steps_its_schedule_gives_and_records_them(corpus_dir, tmp_path):
+    """Two iterations of ``--anneal linear`` on real compiles: the learning curve records each step size, and
+    the second step moves each parameter by about half the first (Adam steps by about its step size)."""
+    import csv
+
+    from optgym.train.es import step_size
+
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, iterations=2, directions=2, sigma=0.3,
+                   learning_rate=0.1, workers=2, final_eval=False, fitness="total", anneal="linear",
+                   snapshot_every=1)  # fmt: skip
+    train_es(cfg, say=lambda s: None)
+    rows = list(csv.DictReader((tmp_path / "es" / "progress.csv").open()))
+    assert [float(r["es/step_size"]) for r in rows] == [step_size(0.1, i, 2, "linear") for i in (1, 2)] == [0.1, 0.05]
+    thetas = [MLPPolicy.load(tmp_path / "es" / "snapshots" / f"{i:08d}" / "policy").parameters() for i in (0, 1, 2)]
+    first, second = np.abs(thetas[1] - thetas[0]).max(), np.abs(thetas[2] - thetas[1]).max()
+    assert first > 0 and second < 0.75 * first
+
+
 def test_an_allowance_starts_from_clang_not_from_a_warm_start(corpus_dir, tmp_path):
     cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path))
     with pytest.raises(RunError, match="allowance"):

@@ -7,6 +7,7 @@ the whole file takes about a minute on 2 cores.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import shutil
 import time
@@ -28,7 +29,7 @@ from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Normalizer, Vocab, VocabError, build_vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
-from optgym.train.es import ESConfig, direction_fitness, draw_batch, loss_weighted, shape, train_es
+from optgym.train.es import ESConfig, direction_fitness, draw_batch, loss_weighted, shape, step_size, train_es
 from optgym.train.run import read_config
 from optgym.train.sb3 import SB3Config, train_sb3
 from optgym.train.trace import TraceError, read_meta, read_modules, sample_modules, trace
@@ -344,8 +345,16 @@ def test_a_size_stratified_batch_holds_modules_of_every_size():
     assert draw_batch(modules, None, np.random.default_rng(0), "size", sizes) == modules
 
 
-def test_an_unknown_batching_is_refused_before_the_run_exists(tmp_path):
+@pytest.mark.parametrize("option, value", [("--batch", "largest"), ("--anneal", "cosine")])
+def test_an_unknown_batching_or_annealing_is_refused_before_the_run_exists(tmp_path, option, value):
     result = CliRunner().invoke(app, ["train", "es", "--corpus", str(tmp_path), "-o", str(tmp_path / "run"),
-                                      "--batch", "largest"])  # fmt: skip
-    assert result.exit_code != 0 and "--batch 'largest'" in result.output
+                                      option, value])  # fmt: skip
+    assert result.exit_code != 0 and f"{option} '{value}'" in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_linear_annealing_falls_every_iteration_to_a_small_last_step():
+    steps = [step_size(0.05, i, 20, "linear") for i in range(1, 21)]
+    assert steps[0] == 0.05 and steps[-1] == pytest.approx(0.05 / 20)
+    assert all(later < earlier for earlier, later in itertools.pairwise(steps))
+    assert {step_size(0.05, i, 20, "none") for i in range(1, 21)} == {0.05}

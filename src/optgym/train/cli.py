@@ -363,6 +363,9 @@ def es_command(
     batch: Annotated[
         str, typer.Option(help="uniform | size: each iteration's modules drawn evenly from quartiles of module size")
     ] = "uniform",
+    anneal: Annotated[
+        str, typer.Option(help="none | linear: the step size falls from --learning-rate towards zero over the run")
+    ] = "none",
     allowance: Annotated[
         str | None,
         typer.Option(
@@ -395,7 +398,7 @@ def es_command(
                        language=language, loss_weight=loss_weight, fitness=fitness, worse_penalty=worse_penalty,
                        companions=[list(pair) for pair in parse_companions(with_)],
                        scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping,
-                       batch=batch)  # fmt: skip
+                       batch=batch, anneal=anneal)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

@@ -21,6 +21,7 @@ beside the eviction scorer it would be served with), the reward their effect tog
    hard as a 30 kB one, though it holds a hundredth of the bytes. ``worse_penalty`` P > 0 then subtracts
    P × the share of the batch's modules made more than 1 % larger than clang's: bytes cannot see a small
    module's regression, yet the size target caps the share of such modules, whatever their size.
+   With ``anneal="linear"`` the step size falls from ``learning_rate`` towards zero over the run.
 
 No value function, no per-decision credit: the whole compile is one sample, which suits a reward
 that only exists once the object is measured. Snapshots (θ, Adam's moments and step, the numpy
@@ -98,6 +99,7 @@ class ESConfig:
     allowance: list[str] = field(default_factory=list)
     shaping: str = "none"  # "rank": centered ranks of the directions' fitnesses (SHAPING)
     batch: str = "uniform"  # "size": each iteration's modules drawn evenly from strata of bitcode size (BATCHING)
+    anneal: str = "none"  # "linear": the step size falls from learning_rate towards zero over the run (ANNEALING)
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,23 @@ def shape(fitness: list[float], shaping: str) -> np.ndarray:
     return ranks / (values.size - 1) - 0.5
 
 
+#: How the step size moves over a run (``--anneal``).
+ANNEALING = ("none", "linear")
+
+
+def step_size(learning_rate: float, iteration: int, iterations: int, anneal: str) -> float:
+    """Adam's step size at ``iteration`` (1-based) of ``iterations``: ``learning_rate`` throughout (``"none"``), or
+    falling linearly from it to ``learning_rate / iterations`` at the last iteration (``"linear"``, as CleanRL
+    anneals PPO's). Why anneal: Adam moves every parameter by about the step size each iteration, whatever the
+    gradient's size, so where the batches' noise outweighs the signal a run that stops at full step stops on a
+    random walk — three seeds of one recipe ended with single weights of opposite signs and held-out totals
+    0.9060-0.9156 (docs/experiments/2026-11-25-allowance.md). Falling steps let the last iterations settle. A
+    resumed run that extends ``iterations`` stretches the schedule over the new total."""
+    if anneal == "none":
+        return learning_rate
+    return learning_rate * (1 - (iteration - 1) / iterations)
+
+
 #: How an iteration draws its modules when it takes fewer than all (``--batch``).
 BATCHING = ("uniform", "size")
 #: ``--batch size``: the strata of module size a batch draws from evenly.
@@ -251,6 +270,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         raise RunError(f"--shaping {cfg.shaping!r}: one of {', '.join(SHAPING)}")
     if cfg.batch not in BATCHING:
         raise RunError(f"--batch {cfg.batch!r}: one of {', '.join(BATCHING)}")
+    if cfg.anneal not in ANNEALING:
+        raise RunError(f"--anneal {cfg.anneal!r}: one of {', '.join(ANNEALING)}")
     if cfg.scorer_hidden < 0:
         raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
@@ -364,6 +385,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         for k, (i, _, _) in enumerate(pairs):
             grad += (shaped[2 * k] - shaped[2 * k + 1]) * eps[i]
         grad /= 2 * cfg.directions * cfg.sigma
+        adam.lr = step_size(cfg.learning_rate, iteration, cfg.iterations, cfg.anneal)
         theta = adam.step(theta, grad)
 
         decisions = sum(r["decisions"] for side in results.values() for r in side.values())
@@ -375,6 +397,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             "time/decisions_per_second": decisions / max(elapsed, 1e-9),
             "es/gradient_norm": float(np.linalg.norm(grad)),
             "es/fitness_spread": float(np.std(fitness)) if fitness else 0.0,
+            "es/step_size": adam.lr,
         }
         row.update({f"reward/{k}": v for k, v in percentiles(rewards).items()})
         for key, value in row.items():
@@ -405,6 +428,7 @@ def config_from_run(path: Path) -> ESConfig:
 
 
 __all__ = [
+    "ANNEALING",
     "FITNESS",
     "SHAPING",
     "Adam",
@@ -414,5 +438,6 @@ __all__ = [
     "es_rollout",
     "loss_weighted",
     "shape",
+    "step_size",
     "train_es",
 ]
