@@ -89,6 +89,33 @@ def test_an_annealed_run_takes_the_steps_its_schedule_gives_and_records_them(cor
     assert first > 0 and second < 0.75 * first
 
 
+def test_resume_takes_its_budget_workers_and_final_eval_and_refuses_a_new_recipe(corpus_dir, tmp_path):
+    """``--resume`` continues the recipe in config.toml: a typed recipe option is refused with the run untouched;
+    ``--iterations``, ``-j`` and ``--no-final-eval`` are taken (``--no-final-eval`` used to be dropped)."""
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+    from optgym.train.run import read_config
+
+    run = tmp_path / "es"
+    cfg = ESConfig(str(corpus_dir), str(run), allowance=GATES, iterations=1, directions=1, sigma=0.3, workers=2,
+                   final_eval=True, fitness="total")  # fmt: skip
+    train_es(ESConfig(**{**cfg.__dict__, "final_eval": False}), say=lambda s: None)
+    (run / "final").rename(tmp_path / "first-final")
+    before = (run / "config.toml").read_text()
+    refused = CliRunner().invoke(app, ["train", "es", "--resume", str(run), "--sigma", "0.5", "--seed", "3"])
+    assert refused.exit_code != 0 and "--sigma, --seed" in refused.output
+    assert (run / "config.toml").read_text() == before and not (run / "final").exists()
+
+    done = CliRunner().invoke(app, ["train", "es", "--resume", str(run), "--iterations", "2", "-j", "1",
+                                    "--no-final-eval"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    _, options, _ = read_config(run)
+    assert options["iterations"] == 2 and options["workers"] == 1 and options["final_eval"] is False
+    assert options["sigma"] == 0.3  # the recipe is the run's own
+    assert (run / "final" / "policy").is_dir() and not list((run / "final").glob("eval-*"))
+
+
 def test_an_allowance_starts_from_clang_not_from_a_warm_start(corpus_dir, tmp_path):
     cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path))
     with pytest.raises(RunError, match="allowance"):

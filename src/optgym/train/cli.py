@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -70,6 +70,37 @@ Companions = Annotated[
     list[str] | None,
     typer.Option("--with", help="PROBLEM=POLICY: another problem of the same compiles decided by this policy"),
 ]
+
+
+#: What ``--resume RUN`` may be told besides its budget: how the rest of the run is carried out, not what it learns.
+RESUME_MAY_SET = ("workers", "final_eval")
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was typed on the command line (not its default). By the source's name: typer
+    vendors its own click, whose ParameterSource is not ``click.core``'s."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _option_name(ctx: typer.Context, name: str) -> str:
+    return next((p.opts[0] for p in ctx.command.params if p.name == name), name)
+
+
+def resume_options(ctx: typer.Context, cfg: Any, budget: str) -> None:
+    """Give a resumed run's ``cfg`` the options typed with ``--resume`` that it may take (its ``budget`` option is the
+    command's to apply, then :data:`RESUME_MAY_SET`), and refuse every other typed option. Why refuse: the recipe is
+    the run's ``config.toml``, and a resume that silently dropped a typed ``--sigma 0.5`` (or took it halfway through)
+    trains something no config records. ``--no-final-eval`` with ``--resume`` used to be dropped this way."""
+    typed = [n for n in ctx.params if n != "resume" and _typed(ctx, n)]
+    recipe = [n for n in typed if n not in (*RESUME_MAY_SET, budget)]
+    if recipe:
+        _fail(f"--resume continues the recipe in {cfg.output}/config.toml, which "
+              f"{', '.join(_option_name(ctx, n) for n in recipe)} would change; with --resume give only "
+              f"{_option_name(ctx, budget)}, -j or --final-eval/--no-final-eval")  # fmt: skip
+    for name in RESUME_MAY_SET:
+        if name in typed and hasattr(cfg, name):
+            setattr(cfg, name, ctx.params[name])
 
 
 def parse_companions(items: list[str] | None) -> list[tuple[str, str]]:
@@ -198,6 +229,7 @@ def _report_bc(output: Path, m: dict) -> None:
 
 def _sb3_command(algorithm: str):
     def command(
+        ctx: typer.Context,
         corpus: RunCorpus = None,
         output: RunOutput = None,
         split: TrainSplit = None,
@@ -236,6 +268,7 @@ def _sb3_command(algorithm: str):
                 if cfg.algorithm != algorithm:
                     _fail(f"{resume} is a {cfg.algorithm} run, not {algorithm}")
                 cfg.output = str(resume)
+                resume_options(ctx, cfg, "iterations")
                 cfg.iterations = iterations or cfg.iterations
                 train_sb3(cfg, resume=True, say=console.print)
                 return
@@ -321,6 +354,7 @@ def _allowance_gates(option: str | None) -> list[str]:
 
 @train_app.command("es")
 def es_command(
+    ctx: typer.Context,
     corpus: RunCorpus = None,
     output: RunOutput = None,
     split: TrainSplit = None,
@@ -385,6 +419,7 @@ def es_command(
         if resume is not None:
             cfg = config_from_run(resume)
             cfg.output = str(resume)
+            resume_options(ctx, cfg, "iterations")
             cfg.iterations = iterations or cfg.iterations
             train_es(cfg, resume=True, say=console.print)
             return
@@ -449,6 +484,7 @@ def search_command(
 
 @train_app.command("imitate")
 def imitate_command(
+    ctx: typer.Context,
     search: Annotated[
         list[Path] | None, typer.Option(help="search directory (optgym train search); repeatable")
     ] = None,
@@ -479,6 +515,7 @@ def imitate_command(
         if resume is not None:
             cfg = config_from_run(resume)
             cfg.output = str(resume)
+            resume_options(ctx, cfg, "dagger_rounds")
             cfg.dagger_rounds = cfg.dagger_rounds if dagger_rounds is None else dagger_rounds
             train_imitate(cfg, resume=True, say=console.print)
             return
