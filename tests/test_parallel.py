@@ -165,6 +165,19 @@ def test_raising_task(executor, tmp_path):
     check_raising_task(executor, tmp_path)
 
 
+@pytest.mark.parametrize("every, expected", [(0.0, ["squares: 1/4", "squares: 2/4", "squares: 3/4"]), (3600.0, [])])
+def test_without_a_terminal_a_long_fan_out_says_how_far_it_is(capsys, monkeypatch, every, expected):
+    """In a log (no terminal) the bar is drawn only at the end: a line per finished task, at most every
+    LOG_EVERY_SECONDS, and none for the last (the final bar says it)."""
+    from optgym.parallel import executor
+
+    monkeypatch.setattr(executor, "LOG_EVERY_SECONDS", every)
+    results = dict(executor.run_tasks(run_job, [Job(i) for i in range(4)], workers=1, description="squares"))
+    assert results == {i: i * i for i in range(4)}
+    lines = [line.split(" after ")[0] for line in capsys.readouterr().out.splitlines() if " after " in line]
+    assert lines == expected
+
+
 def test_process_pool_bounds_tasks_in_flight(tmp_path):
     ex = ProcessExecutor(2)
     try:

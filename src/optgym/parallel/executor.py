@@ -20,6 +20,7 @@ import itertools
 import multiprocessing
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -240,6 +241,11 @@ def get_executor(workers: int | None = None, ray_address: str | None = None) -> 
     return InlineExecutor() if workers <= 1 else ProcessExecutor(workers)
 
 
+#: Without a terminal (a log file, nohup) rich draws the bar only when the fan-out ends, so a long one looks hung
+#: (a corpus build printed nothing for an hour); there a plain line says how far it is, at most this often.
+LOG_EVERY_SECONDS = 60.0
+
+
 def run_tasks(
     fn: Callable[[T], R],
     items: Sequence[T],
@@ -251,7 +257,8 @@ def run_tasks(
     on_error: OnError | None = None,
     ray_address: str | None = None,
 ) -> Iterable[tuple[int, R]]:
-    """``map_unordered`` with a rich progress bar (and an optional live ``status()`` text)."""
+    """``map_unordered`` with a rich progress bar (and an optional live ``status()`` text); without a terminal, a
+    line of progress after a task finishes, at most every :data:`LOG_EVERY_SECONDS`."""
     executor = get_executor(workers, ray_address)
     columns = [
         TextColumn("[bold]{task.description}"),
@@ -264,8 +271,14 @@ def run_tasks(
     try:
         with Progress(*columns, transient=False, disable=not progress) as bar:
             task = bar.add_task(description, total=len(items), status="")
-            for index, result in executor.map_unordered(fn, items, on_error):
+            plain, logged, started = progress and not bar.console.is_terminal, time.monotonic(), time.monotonic()
+            for done, (index, result) in enumerate(executor.map_unordered(fn, items, on_error), start=1):
                 yield index, result
-                bar.update(task, advance=1, status=status() if status else "")
+                text = status() if status else ""
+                bar.update(task, advance=1, status=text)
+                if plain and done < len(items) and time.monotonic() - logged >= LOG_EVERY_SECONDS:
+                    logged = time.monotonic()
+                    bar.console.print(f"{description}: {done}/{len(items)} after {logged - started:.0f} s {text}",
+                                      highlight=False, markup=False)  # fmt: skip
     finally:
         executor.close()
