@@ -271,7 +271,8 @@ def run_tasks(
     try:
         with Progress(*columns, transient=False, disable=not progress) as bar:
             task = bar.add_task(description, total=len(items), status="")
-            plain, logged, started = progress and not bar.console.is_terminal, time.monotonic(), time.monotonic()
+            plain = progress and not bar.console.is_terminal
+            started = logged = time.monotonic()
             for done, (index, result) in enumerate(executor.map_unordered(fn, items, on_error), start=1):
                 yield index, result
                 text = status() if status else ""

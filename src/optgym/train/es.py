@@ -264,14 +264,10 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     scored = problem_class(cfg.problem).scorer_start is not None  # a candidate scorer: no vocab
     if cfg.language not in (None, "C", "C++"):
         raise RunError(f"--language {cfg.language!r}: C or C++")
-    if cfg.fitness not in FITNESS:
-        raise RunError(f"--fitness {cfg.fitness!r}: one of {', '.join(FITNESS)}")
-    if cfg.shaping not in SHAPING:
-        raise RunError(f"--shaping {cfg.shaping!r}: one of {', '.join(SHAPING)}")
-    if cfg.batch not in BATCHING:
-        raise RunError(f"--batch {cfg.batch!r}: one of {', '.join(BATCHING)}")
-    if cfg.anneal not in ANNEALING:
-        raise RunError(f"--anneal {cfg.anneal!r}: one of {', '.join(ANNEALING)}")
+    for option, value, choices in (("--fitness", cfg.fitness, FITNESS), ("--shaping", cfg.shaping, SHAPING),
+                                   ("--batch", cfg.batch, BATCHING), ("--anneal", cfg.anneal, ANNEALING)):  # fmt: skip
+        if value not in choices:
+            raise RunError(f"{option} {value!r}: one of {', '.join(choices)}")
     if cfg.scorer_hidden < 0:
         raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
