@@ -242,6 +242,59 @@ def test_ppo_warmstart_snapshots_and_resume(corpus_dir, bc_dir, work):
         train_sb3(SB3Config(**{**cfg.__dict__}), say=lambda s: None)
 
 
+def test_with_clangs_compile_as_baseline_ppo_moves_only_on_rewards(corpus_dir, bc_dir, work):
+    """Why PPO lost ground from BC (docs/experiments/2026-11-26-ppo.md), both ways. When every sampled episode is
+    clang's own (reward 0), ``--critic heuristic`` leaves the actor exactly as warm-started, with the value head
+    at 0. SB3's learned critic moves the actor anyway, because the normalized advantages of its noise drive it."""
+    moved = {}
+    for critic in ("heuristic", "learned"):
+        run = work / f"ppo-critic-{critic}"
+        cfg = SB3Config("ppo", str(corpus_dir), str(run), warmstart=str(bc_dir), iterations=2, critic=critic,
+                        steps_per_iteration=128, workers=1, snapshot_every=2, final_eval=False)  # fmt: skip
+        train_sb3(cfg, say=lambda s: None)
+        ratios = [float(x) for x in _column(run, "results/vs_heuristic") if x]
+        assert ratios and all(r == 1.0 for r in ratios), f"a sampled episode left clang's decisions: {ratios}"
+        start, end = (MLPPolicy.load(d) for d in (run / "snapshots" / "00000000" / "policy", run / "final" / "policy"))
+        moved[critic] = max(float(np.abs(a[0] - b[0]).max()) for a, b in zip(start.weights, end.weights, strict=True))
+        if critic == "heuristic":
+            from stable_baselines3 import PPO
+
+            value_head = PPO.load(latest_snapshot(run) / "model.zip", device="cpu").policy.value_net
+            assert not value_head.weight.abs().sum() and not value_head.bias.abs().sum()
+    assert moved["heuristic"] == 0.0 and moved["learned"] > 0.0, moved
+
+
+def test_temperature_softens_the_warm_start_and_keeps_every_greedy_decision(corpus_dir, bc_dir, work):
+    run = work / "ppo-temperature"
+    cfg = SB3Config("ppo", str(corpus_dir), str(run), warmstart=str(bc_dir), iterations=1, steps_per_iteration=64,
+                    workers=1, final_eval=False, critic="heuristic", temperature=4.0)  # fmt: skip
+    train_sb3(cfg, say=lambda s: None)
+    start, bc = MLPPolicy.load(run / "snapshots" / "00000000" / "policy"), MLPPolicy.load(bc_dir / "policy")
+    (w_start, b_start), (w_bc, b_bc) = start.weights[-1], bc.weights[-1]
+    assert np.allclose(w_start, w_bc / 4, atol=1e-6) and np.allclose(b_start, b_bc / 4, atol=1e-6)
+    from optgym.corpus import Corpus
+    from optgym.toolchain import find_toolchain
+
+    problem = get_problem("inline-size")
+    toolchain = find_toolchain((problem.hook,))
+    for module in Corpus(corpus_dir):  # real compiles: the softened start decides every call site as BC does
+        softened, cloned = (rollout(problem, module, toolchain, p).trajectory.actions for p in (start, bc))
+        assert softened.tolist() == cloned.tolist(), module.name
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"critic": "value"}, "unknown --critic"), ({"temperature": 0.0}, "must be positive"),
+     ({"algorithm": "dqn", "temperature": 2.0}, "for PPO and A2C"), ({"warmstart": None}, "give --warmstart")],
+)  # fmt: skip
+def test_a_bad_ppo_recipe_is_refused_before_the_run_exists(bc_dir, tmp_path, changes, message):
+    fields = {"algorithm": "ppo", "corpus": str(tmp_path), "output": str(tmp_path / "run"),
+              "warmstart": str(bc_dir), "temperature": 2.0, **changes}  # fmt: skip
+    with pytest.raises(Exception, match=message):
+        train_sb3(SB3Config(**fields), say=lambda s: None)
+    assert not (tmp_path / "run").exists()
+
+
 def test_es_runs_snapshots_and_resumes(corpus_dir, bc_dir, work):
     run = work / "es"
     cfg = ESConfig(str(corpus_dir), str(run), warmstart=str(bc_dir), iterations=2, directions=1, workers=2,

@@ -257,6 +257,17 @@ def _sb3_command(algorithm: str):
                 "compiles per decision, an episode of T decisions costs 2T+1 compiles (1 000 decisions: minutes)"
             ),
         ] = False,
+        critic: Annotated[
+            str,
+            typer.Option(
+                help="learned: SB3's value head. heuristic: none, clang's own compile of each module is the "
+                "baseline (the reward is measured against it), advantages unnormalized (PPO/A2C)"
+            ),
+        ] = "learned",
+        temperature: Annotated[
+            float,
+            typer.Option(help="divide the warm start's action logits by T: sampling explores, greedy is unchanged"),
+        ] = 1.0,
         resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
     ) -> None:
         from optgym.errors import OptgymError
@@ -279,7 +290,8 @@ def _sb3_command(algorithm: str):
                             warmstart=str(warmstart) if warmstart else None, iterations=iterations or 20,
                             steps_per_iteration=steps_per_iteration, workers=workers, snapshot_every=snapshot_every,
                             seed=seed, timeout=timeout, learning_rate=learning_rate, gamma=gamma,
-                            final_eval=final_eval, optimal_decision=optimal_decision)  # fmt: skip
+                            final_eval=final_eval, optimal_decision=optimal_decision, critic=critic,
+                            temperature=temperature)  # fmt: skip
             train_sb3(cfg, say=console.print)
         except OptgymError as e:
             _fail(str(e))

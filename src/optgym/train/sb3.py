@@ -17,6 +17,20 @@ its own collect/train cycle. ``--resume RUN`` reloads the latest snapshot (weigh
 step count; DQN's replay buffer is not kept) and trains to the configured total: a kill loses at most
 one snapshot interval. Rewards are sparse (MLGO's, at an episode's last decision), so γ = 1 and the
 returns are plain Monte-Carlo (``gae_lambda = 1``) by default.
+
+Why PPO from BC lost ground, and the two options that answer it (docs/experiments/2026-11-26-ppo.md):
+
+* BC of a deterministic heuristic is near-certain: about 10⁻⁴ nats of entropy per decision, so sampled
+  episodes almost never leave clang's decisions and their rewards are exactly 0. With a randomly
+  initialized critic and SB3's per-batch advantage normalization, those zeros become unit-sized
+  advantages of pure critic noise (explained variance −1 to −10¹⁰), and the actor is updated on them: the
+  greedy decisions near BC's boundary drift, whatever the rewards say. ``--critic heuristic`` removes the
+  noise. The reward is already measured against clang's own compile of the same module, so that compile
+  *is* the per-module baseline: the value head starts at 0 and stays there (``vf_coef = 0``), and the
+  advantages keep their units (no normalization), so an episode equal to clang's moves nothing.
+* Then nothing explores. ``--temperature T`` divides the warm start's action logits by ``T``: greedy
+  decisions are unchanged, and sampling flips the decisions BC is least sure of. At ``T = 4``, a few
+  per thousand decisions on the demo corpus.
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ALGORITHMS = ("ppo", "a2c", "dqn")
+CRITICS = ("learned", "heuristic")
 
 
 @dataclass
@@ -78,6 +93,8 @@ class SB3Config:
     final_eval: bool = True
     problem: str = "inline-size"
     optimal_decision: bool = False  # OptimalDecision's look-ahead reward: 2 extra compiles per decision
+    critic: str = "learned"  # "heuristic": V ≡ 0, clang's own compile of the module is the baseline (above)
+    temperature: float = 1.0  # the warm start's action logits ÷ T: sampling explores, greedy decisions unchanged
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -183,18 +200,48 @@ def build_model(cfg: SB3Config, env):
                   "policy_kwargs": {"net_arch": arch, "activation_fn": nn.Tanh}}  # fmt: skip
         if cfg.algorithm == "ppo":
             kwargs |= {"batch_size": min(64, n_steps * cfg.workers), "n_epochs": 4, "ent_coef": 0.0}
+        if cfg.critic == "heuristic":  # rewards are against clang's compile: advantages keep their units
+            kwargs |= {"vf_coef": 0.0, "normalize_advantage": False}
     kwargs |= cfg.hyperparameters
-    return cls("MlpPolicy", env, **kwargs)
+    model = cls("MlpPolicy", env, **kwargs)
+    if cfg.critic == "heuristic":
+        import torch
+
+        with torch.no_grad():  # V ≡ 0: every module's baseline is clang's own compile of it
+            model.policy.value_net.weight.zero_()
+            model.policy.value_net.bias.zero_()
+    return model
 
 
-def warmstart(model, policy: MLPPolicy) -> None:
-    """Copy a BC (or any exported) policy into the model's actor; DQN's target net follows."""
+def check_config(cfg: SB3Config) -> None:
+    """Refuse a recipe SB3 cannot run, before the run directory exists."""
+    if cfg.algorithm not in ALGORITHMS:
+        raise RunError(f"unknown algorithm {cfg.algorithm!r}; one of {', '.join(ALGORITHMS)}")
+    if cfg.critic not in CRITICS:
+        raise RunError(f"unknown --critic {cfg.critic!r}; one of {', '.join(CRITICS)}")
+    if not cfg.temperature > 0:
+        raise RunError(f"--temperature must be positive, not {cfg.temperature}")
+    if cfg.algorithm == "dqn" and (cfg.critic != "learned" or cfg.temperature != 1.0):
+        raise RunError("--critic and --temperature are for PPO and A2C: DQN has no critic head and acts greedily")
+    if cfg.temperature != 1.0 and not cfg.warmstart:
+        raise RunError("--temperature softens a warm start's logits: give --warmstart")
+
+
+def warmstart(model, policy: MLPPolicy, temperature: float = 1.0) -> None:
+    """Copy a BC (or any exported) policy into the model's actor, its action logits divided by
+    ``temperature`` (the argmax, so every greedy decision, is unchanged); DQN's target net follows."""
+    import torch
+
     from optgym.policies.torch_mlp import load_numpy_weights
 
     if policy.extras:  # the env's observations are the normalized features only
         raise RunError(f"the warm start reads derived inputs {policy.extras}, which the SB3 env does not give; "
                        "warm-start PPO/A2C/DQN from a policy trained without --extras (ES takes either)")  # fmt: skip
-    load_numpy_weights(actor_layers(model), policy)
+    layers = actor_layers(model)
+    load_numpy_weights(layers, policy)
+    with torch.no_grad():
+        layers[-1].weight /= temperature
+        layers[-1].bias /= temperature
     if hasattr(model, "q_net_target"):
         model.q_net_target.load_state_dict(model.q_net.state_dict())
 
@@ -359,8 +406,7 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
     from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    if cfg.algorithm not in ALGORITHMS:
-        raise RunError(f"unknown algorithm {cfg.algorithm!r}; one of {', '.join(ALGORITHMS)}")
+    check_config(cfg)
     run = Path(cfg.output)
     torch.set_num_threads(1)  # the learner shares 2 cores with the compilers
     if resume:
@@ -387,7 +433,8 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         else:
             model = build_model(cfg, venv)
             if cfg.warmstart:
-                warmstart(model, MLPPolicy.load(policy_dir_of(Path(cfg.warmstart))))  # type: ignore[arg-type]
+                policy = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
+                warmstart(model, policy, cfg.temperature)
             iteration = 0
             snapshot(model, run, 0, vocab, cfg)  # a resume point before the first interval
         model.set_logger(
@@ -430,4 +477,14 @@ def config_from_run(path: Path, output: Path | None = None) -> SB3Config:
     return cfg
 
 
-__all__ = ["ALGORITHMS", "SB3Config", "config_from_run", "export_policy", "make_env", "train_sb3", "warmstart"]
+__all__ = [
+    "ALGORITHMS",
+    "CRITICS",
+    "SB3Config",
+    "check_config",
+    "config_from_run",
+    "export_policy",
+    "make_env",
+    "train_sb3",
+    "warmstart",
+]
