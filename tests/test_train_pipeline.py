@@ -282,10 +282,54 @@ def test_temperature_softens_the_warm_start_and_keeps_every_greedy_decision(corp
         assert softened.tolist() == cloned.tolist(), module.name
 
 
+def test_credit_deviations_keeps_the_reward_only_where_the_rollout_left_the_greedy_policy(toolchain, bc_dir, work):
+    """``--credit deviations`` on a real rollout: the advantage of each decision sampled as the greedy policy
+    would have taken it becomes 0, and each other decision keeps its own."""
+    import torch
+    from conftest import C_SOURCE, FANOUT_SOURCE, _corpus
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from optgym.train.sb3 import build_model, credit_deviations_only, make_env, warmstart
+
+    # short episodes, so that many end inside one rollout, and inlining changes their size
+    short = _corpus(toolchain, work / "short", {"tree": (".c", C_SOURCE), "fanout": (".c", FANOUT_SOURCE)}).root
+    cfg = SB3Config("ppo", str(short), str(work / "unused"), warmstart=str(bc_dir), steps_per_iteration=512,
+                    workers=1, critic="heuristic", temperature=8.0, credit="deviations")  # fmt: skip
+    env_cfg = {"corpus": str(short), "vocab": str(bc_dir / "policy" / "vocab.json"), "seed": 0, "timeout": 120}
+    venv = DummyVecEnv([lambda: make_env(env_cfg, 0)])
+    model = build_model(cfg, venv)
+    warmstart(model, MLPPolicy.load(bc_dir / "policy"), cfg.temperature)
+    seen: dict[str, np.ndarray] = {}
+
+    class Capture(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            buffer = self.model.rollout_buffer
+            observations = torch.as_tensor(buffer.observations.reshape(len(buffer.actions), -1))
+            with torch.no_grad():
+                greedy = self.model.policy.get_distribution(observations).distribution.probs.argmax(-1).numpy()
+            seen["deviated"] = buffer.actions.reshape(-1) != greedy
+            seen["before"] = buffer.advantages.reshape(-1).copy()
+            credit_deviations_only(self.model)
+            seen["after"] = buffer.advantages.reshape(-1).copy()
+
+    try:
+        model.learn(512, callback=Capture())
+    finally:
+        venv.close()
+    deviated, before, after = seen["deviated"], seen["before"], seen["after"]
+    assert deviated.any() and (~deviated).any() and before[~deviated].any(), "the rollout must hold both kinds"
+    assert not after[~deviated].any() and np.array_equal(after[deviated], before[deviated])
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [({"critic": "value"}, "unknown --critic"), ({"temperature": 0.0}, "must be positive"),
-     ({"algorithm": "dqn", "temperature": 2.0}, "for PPO and A2C"), ({"warmstart": None}, "give --warmstart")],
+     ({"algorithm": "dqn", "temperature": 2.0}, "for PPO and A2C"), ({"warmstart": None}, "give --warmstart"),
+     ({"credit": "deviations"}, "needs --critic heuristic"), ({"credit": "some"}, "unknown --credit")],
 )  # fmt: skip
 def test_a_bad_ppo_recipe_is_refused_before_the_run_exists(bc_dir, tmp_path, changes, message):
     fields = {"algorithm": "ppo", "corpus": str(tmp_path), "output": str(tmp_path / "run"),

@@ -268,6 +268,13 @@ def _sb3_command(algorithm: str):
             float,
             typer.Option(help="divide the warm start's action logits by T: sampling explores, greedy is unchanged"),
         ] = 1.0,
+        credit: Annotated[
+            str,
+            typer.Option(
+                help="all: a module's reward reaches each of its decisions. deviations: only those the rollout "
+                "took differently from the greedy policy (needs --critic heuristic)"
+            ),
+        ] = "all",
         resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
     ) -> None:
         from optgym.errors import OptgymError
@@ -291,7 +298,7 @@ def _sb3_command(algorithm: str):
                             steps_per_iteration=steps_per_iteration, workers=workers, snapshot_every=snapshot_every,
                             seed=seed, timeout=timeout, learning_rate=learning_rate, gamma=gamma,
                             final_eval=final_eval, optimal_decision=optimal_decision, critic=critic,
-                            temperature=temperature)  # fmt: skip
+                            temperature=temperature, credit=credit)  # fmt: skip
             train_sb3(cfg, say=console.print)
         except OptgymError as e:
             _fail(str(e))

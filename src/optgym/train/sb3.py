@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 ALGORITHMS = ("ppo", "a2c", "dqn")
 CRITICS = ("learned", "heuristic")
+CREDITS = ("all", "deviations")
 
 
 @dataclass
@@ -95,6 +96,7 @@ class SB3Config:
     optimal_decision: bool = False  # OptimalDecision's look-ahead reward: 2 extra compiles per decision
     critic: str = "learned"  # "heuristic": V ≡ 0, clang's own compile of the module is the baseline (above)
     temperature: float = 1.0  # the warm start's action logits ÷ T: sampling explores, greedy decisions unchanged
+    credit: str = "all"  # "deviations": only decisions that left the greedy policy share the reward (above)
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -213,6 +215,24 @@ def build_model(cfg: SB3Config, env):
     return model
 
 
+def credit_deviations_only(model) -> None:
+    """Zero the advantage of every decision the rollout took as the greedy policy would (``--credit deviations``).
+
+    The reward compares the module with clang's own compile. While the greedy policy is still clang's, only the
+    sampled decisions that left it can explain that difference, yet a terminal reward credits all of the
+    episode's decisions alike. At 100–1 000 decisions a module, the agreeing ones then take as much of the
+    gradient as the few that mattered, and push BC's sure decisions whichever way the episode went. Runs after
+    SB3 computes the advantages and before it trains on them; the policy is the one that sampled the rollout."""
+    import torch
+
+    buffer = model.rollout_buffer
+    observations = torch.as_tensor(buffer.observations.reshape(-1, *buffer.obs_shape), dtype=torch.float32)
+    with torch.no_grad():
+        greedy = model.policy.get_distribution(observations).distribution.probs.argmax(-1).numpy()
+    agreed = buffer.actions.reshape(-1).astype(np.int64) == greedy
+    buffer.advantages[agreed.reshape(buffer.advantages.shape)] = 0.0
+
+
 def check_config(cfg: SB3Config) -> None:
     """Refuse a recipe SB3 cannot run, before the run directory exists."""
     if cfg.algorithm not in ALGORITHMS:
@@ -223,6 +243,10 @@ def check_config(cfg: SB3Config) -> None:
         raise RunError(f"--temperature must be positive, not {cfg.temperature}")
     if cfg.algorithm == "dqn" and (cfg.critic != "learned" or cfg.temperature != 1.0):
         raise RunError("--critic and --temperature are for PPO and A2C: DQN has no critic head and acts greedily")
+    if cfg.credit not in CREDITS:
+        raise RunError(f"unknown --credit {cfg.credit!r}; one of {', '.join(CREDITS)}")
+    if cfg.credit == "deviations" and (cfg.critic != "heuristic" or cfg.algorithm == "dqn"):
+        raise RunError("--credit deviations needs --critic heuristic (PPO/A2C): advantages in the reward's units")
     if cfg.temperature != 1.0 and not cfg.warmstart:
         raise RunError("--temperature softens a warm start's logits: give --warmstart")
 
@@ -306,6 +330,10 @@ class TrainingCallback:
                     elif info.get("status", "ok") != "ok":
                         self.window_failures += 1
                 return True
+
+            def _on_rollout_end(self) -> None:
+                if self.cfg.credit == "deviations":
+                    credit_deviations_only(self.model)
 
             def _on_rollout_start(self) -> None:
                 done = self.num_timesteps // self.cfg.steps_per_iteration
@@ -479,6 +507,7 @@ def config_from_run(path: Path, output: Path | None = None) -> SB3Config:
 
 __all__ = [
     "ALGORITHMS",
+    "CREDITS",
     "CRITICS",
     "SB3Config",
     "check_config",
