@@ -325,6 +325,60 @@ def test_credit_deviations_keeps_the_reward_only_where_the_rollout_left_the_gree
     assert not after[~deviated].any() and np.array_equal(after[deviated], before[deviated])
 
 
+def test_the_env_gives_a_derived_input_policy_the_vector_it_computes_when_served(corpus_dir, toolchain):
+    """PolicyInputsObservation on real compiles: acting on its vector with the allowance's weights gives, call
+    site by call site, the decisions that policy makes when it is served in a compile."""
+    from optgym.corpus import Corpus
+    from optgym.env.wrappers import PolicyInputsObservation
+    from optgym.policies.allowance import allowance_policy, trainable
+
+    start = allowance_policy()
+    policy = start.with_parameters(start.parameters() + 0.05 * trainable(start))  # a few units above clang's
+    ((weights, bias),) = policy.weights
+    problem = get_problem("inline-size")
+    compared: list[int] = []
+    for module in Corpus(corpus_dir):
+        served = rollout(problem, module, toolchain, policy).trajectory.actions.tolist()
+        if not served:
+            continue
+        env = PolicyInputsObservation(optgym.make("inline-size", corpus=corpus_dir), policy.vocab,
+                                      list(policy.extras))  # fmt: skip
+        vector, _ = env.reset(options={"module": module.name})
+        acted, done = [], False
+        while not done:
+            acted.append(int(np.argmax(vector.astype(np.float64) @ weights + bias)))
+            vector, _, terminated, truncated, _ = env.step(acted[-1])
+            done = terminated or truncated
+        env.close()
+        assert acted == served, module.name
+        compared.extend(served)
+    assert 0 in compared and 1 in compared, "both answers must be compared"
+
+
+def test_ppo_trains_the_learned_allowance_from_its_start(corpus_dir, toolchain, work):
+    """A warm start with derived inputs and no hidden layer (the allowance) gives PPO a linear actor over the
+    same inputs, and what PPO exports reads them too; at a sharp temperature it starts as the allowance decides."""
+    from optgym.corpus import Corpus
+    from optgym.policies.allowance import allowance_policy
+
+    start = allowance_policy()
+    start.save(work / "allowance-start")
+    run = work / "ppo-allowance"
+    cfg = SB3Config("ppo", str(corpus_dir), str(run), warmstart=str(work / "allowance-start"), iterations=1,
+                    steps_per_iteration=64, workers=1, final_eval=False, critic="heuristic",
+                    temperature=0.125)  # fmt: skip
+    train_sb3(cfg, say=lambda s: None)
+    assert read_config(run)[1]["extras"] == start.extras and read_config(run)[1]["hidden"] == []
+    first = MLPPolicy.load(run / "snapshots" / "00000000" / "policy")
+    assert first.extras == start.extras and first.hidden == []
+    assert np.allclose(first.weights[0][0], start.weights[0][0] * 8, atol=1e-5)
+    problem = get_problem("inline-size")
+    for module in Corpus(corpus_dir):
+        decided = [rollout(problem, module, toolchain, p).trajectory.actions.tolist() for p in (first, start)]
+        assert decided[0] == decided[1], module.name
+    assert MLPPolicy.load(run / "final" / "policy").extras == start.extras
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [({"critic": "value"}, "unknown --critic"), ({"temperature": 0.0}, "must be positive"),

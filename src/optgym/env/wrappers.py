@@ -5,6 +5,9 @@
 * :class:`FlattenFeatures` — the ``Dict`` observation as one float32 ``Box`` in the problem's
   feature order, what SB3's ``MlpPolicy`` takes. ``FlattenFeatures(NormalizeFeatures(env, vocab))``
   gives exactly the vector a :class:`~optgym.policies.mlp.MLPPolicy` computes inside a compile.
+* :class:`PolicyInputsObservation` — the vector an :class:`~optgym.policies.mlp.MLPPolicy` *with derived
+  inputs* computes (the normalized features, then clang's answer, margins, 0/1 gates…): what SB3 needs to
+  train from a warm start that reads them, such as the learned allowance.
 * :class:`OptimalDecision` — the CSE gym's ``--reward-optimal-cse`` for inlining: at each step,
   the module is compiled twice more with the decisions so far, then each answer to the current
   decision, then the heuristic for the rest; the step's reward says how much smaller the chosen
@@ -22,6 +25,7 @@ from gymnasium import spaces
 
 from optgym.problems.normalize import PER_FEATURE, Normalizer, Vocab
 from optgym.rollout.rollout import DecisionPoint, rollout
+from optgym.toolchain.language import is_cxx
 
 if TYPE_CHECKING:
     from optgym.env.compiler_env import CompilerEnv
@@ -63,6 +67,41 @@ class FlattenFeatures(gym.ObservationWrapper):
 
     def observation(self, observation: dict[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([np.asarray(observation[n], dtype=np.float32).reshape(-1) for n in self.names])
+
+
+class PolicyInputsObservation(gym.Wrapper):
+    """The raw ``Dict`` observation → ``Box`` of :class:`~optgym.problems.inputs.PolicyInputs`: the normalized
+    features, then the derived inputs ``extras``.
+
+    A wrapper, not an ``ObservationWrapper``: two of the derived inputs are not in the observation.
+    Clang's own answer comes from the step's ``info["heuristic_action"]``. Whether the module is C++ comes from
+    the corpus entry named by ``info["module"]``. Bit for bit the vector a served policy computes inside a
+    compile, so a policy trained on it behaves the same when ``optgym-cc`` serves it."""
+
+    def __init__(self, env: gym.Env, vocab: Vocab | str, extras: list[str]) -> None:
+        from optgym.problems.inputs import PolicyInputs
+
+        super().__init__(env)
+        vocab = Vocab.load(vocab) if isinstance(vocab, str) else vocab
+        self.inputs = PolicyInputs(vocab, extras)
+        self.names = self.inputs.normalizer.names
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(self.inputs.width,), dtype=np.float32)
+
+    def _vector(self, observation: dict[str, np.ndarray], info: dict[str, Any]) -> np.ndarray:
+        if "module" not in info or "heuristic_action" not in info:  # the terminal step: nothing to decide
+            return np.zeros(self.inputs.width, dtype=np.float32)
+        raw = np.array([observation[n].reshape(-1)[0] for n in self.names], dtype=np.float64)
+        language = self.env.unwrapped.corpus[info["module"]].language  # type: ignore[attr-defined]
+        return self.inputs(raw, info["heuristic_action"], is_cxx(language), dtype=np.float32)
+
+    def reset(self, **kwargs: Any):
+        observation, info = self.env.reset(**kwargs)
+        return self._vector(observation, info), info
+
+    def step(self, action: Any):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        vector = np.zeros(self.inputs.width, np.float32) if terminated or truncated else self._vector(observation, info)
+        return vector, reward, terminated, truncated, info
 
 
 class _Replay:
@@ -128,4 +167,4 @@ class OptimalDecision(gym.Wrapper):
         return obs, total, terminated, truncated, info
 
 
-__all__ = ["FlattenFeatures", "NormalizeFeatures", "OptimalDecision", "feature_order"]
+__all__ = ["FlattenFeatures", "NormalizeFeatures", "OptimalDecision", "PolicyInputsObservation", "feature_order"]

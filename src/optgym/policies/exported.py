@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from optgym.policies.mlp import PolicyFileError, is_cxx
+from optgym.policies.mlp import PolicyFileError
 from optgym.policies.scorer import LOG_LINEAR_FORM, RESIDUAL_FORM
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
+from optgym.toolchain.language import is_cxx
 
 if TYPE_CHECKING:
     import onnx

@@ -33,7 +33,7 @@ from optgym.errors import OptgymError
 from optgym.problems.inputs import PolicyInputs
 from optgym.problems.normalize import PER_FEATURE, Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
-from optgym.toolchain.language import CXX_LANGUAGES
+from optgym.toolchain.language import is_cxx
 
 POLICY_KIND = "optgym-policy"
 POLICY_FORMAT_VERSION = 2  # 2: derived inputs ("extras"); a policy without them is still written as 1
@@ -255,11 +255,6 @@ class MLPPolicy:
                        extras=meta.get("extras", ()), languages=meta.get("languages"), **kw)  # fmt: skip
         except VocabError as e:
             raise PolicyFileError(f"{directory}: {e}") from None
-
-
-def is_cxx(language: str | None) -> int | None:
-    """The ``cxx`` derived input of a decision point's language (``None``: unknown)."""
-    return None if language is None else int(language in CXX_LANGUAGES)
 
 
 def is_policy_dir(path: Path) -> bool:

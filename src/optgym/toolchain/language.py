@@ -20,6 +20,11 @@ X_LANGUAGE = {"c": "C", "c++": "C++", "objective-c": "ObjC", "objective-c++": "O
 CXX_LANGUAGES = ("C++", "ObjC++")
 
 
+def is_cxx(language: str | None) -> int | None:
+    """The ``cxx`` derived input of a module in ``language`` (``None``: unknown)."""
+    return None if language is None else int(language in CXX_LANGUAGES)
+
+
 def _from_x(value: str) -> str:
     base = value.removesuffix("-cpp-output").removesuffix("-header")
     return X_LANGUAGE.get(base, value)
@@ -77,4 +82,13 @@ def driver_language(argv: Sequence[str]) -> str:
     return "C++" if cxx_driver else "C"
 
 
-__all__ = ["CXX_LANGUAGES", "CXX_SUFFIXES", "C_SUFFIXES", "OBJC_SUFFIXES", "driver_language", "family", "language"]
+__all__ = [
+    "CXX_LANGUAGES",
+    "CXX_SUFFIXES",
+    "C_SUFFIXES",
+    "OBJC_SUFFIXES",
+    "driver_language",
+    "family",
+    "is_cxx",
+    "language",
+]

@@ -4,8 +4,11 @@ The loop, top to bottom:
 
 1. the corpus side to train on (``--split train``; ``--test-percent`` makes a split if none is stored);
 2. P env workers (``SubprocVecEnv``), each ``optgym.make(…, on_error="skip")`` → never-inline size
-   at episode end (cached) → :class:`NormalizeFeatures` → :class:`FlattenFeatures` → ``Monitor``;
-3. the SB3 model with an actor of the BC network's shape (2×64 tanh), warm-started from ``--warmstart``;
+   at episode end (cached) → :class:`NormalizeFeatures` → :class:`FlattenFeatures` → ``Monitor``; when
+   the warm start reads derived inputs (``--extras``, the learned allowance), :class:`PolicyInputsObservation`
+   gives them instead of the last two;
+3. the SB3 model with an actor of the warm start's shape (BC's 2×64 tanh; none, a linear map, for the
+   allowance), warm-started from ``--warmstart``;
 4. ``learn()`` with :class:`TrainingCallback`, which at every iteration boundary logs the results
    (TensorBoard + progress.csv) and every ``snapshot_every`` iterations writes a snapshot
    atomically: SB3's zip (weights, optimizer state, step count) + the numpy policy workers run;
@@ -97,6 +100,7 @@ class SB3Config:
     critic: str = "learned"  # "heuristic": V ≡ 0, clang's own compile of the module is the baseline (above)
     temperature: float = 1.0  # the warm start's action logits ÷ T: sampling explores, greedy decisions unchanged
     credit: str = "all"  # "deviations": only decisions that left the greedy policy share the reward (above)
+    extras: list[str] = field(default_factory=list)  # the warm start's derived inputs, which the env then gives
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -139,7 +143,7 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     from stable_baselines3.common.monitor import Monitor
 
     import optgym
-    from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures
+    from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures, PolicyInputsObservation
 
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
     env: gym.Env = optgym.make(
@@ -150,7 +154,11 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
 
         env = OptimalDecision(env)
     env = NeverInlineSize(env)
-    env = FlattenFeatures(NormalizeFeatures(env, Vocab.load(cfg["vocab"])))
+    vocab = Vocab.load(cfg["vocab"])
+    if cfg.get("extras"):  # a warm start with derived inputs (clang's answer, margins, gates) sees them here too
+        env = PolicyInputsObservation(env, vocab, list(cfg["extras"]))
+    else:
+        env = FlattenFeatures(NormalizeFeatures(env, vocab))
     env = Monitor(env)
     env.reset(seed=cfg["seed"] + 1000 * rank)
     return env
@@ -197,7 +205,7 @@ def build_model(cfg: SB3Config, env):
                   "learning_starts": min(200, cfg.steps_per_iteration), "buffer_size": 100_000,
                   "exploration_fraction": 0.3, "target_update_interval": 500}  # fmt: skip
     else:
-        arch = {"pi": list(cfg.hidden), "vf": list(cfg.hidden)}
+        arch = {"pi": list(cfg.hidden), "vf": list(cfg.hidden) or [64, 64]}  # a linear actor keeps a real critic
         kwargs = {**common, "n_steps": n_steps, "gae_lambda": 1.0,
                   "policy_kwargs": {"net_arch": arch, "activation_fn": nn.Tanh}}  # fmt: skip
         if cfg.algorithm == "ppo":
@@ -258,9 +266,6 @@ def warmstart(model, policy: MLPPolicy, temperature: float = 1.0) -> None:
 
     from optgym.policies.torch_mlp import load_numpy_weights
 
-    if policy.extras:  # the env's observations are the normalized features only
-        raise RunError(f"the warm start reads derived inputs {policy.extras}, which the SB3 env does not give; "
-                       "warm-start PPO/A2C/DQN from a policy trained without --extras (ES takes either)")  # fmt: skip
     layers = actor_layers(model)
     load_numpy_weights(layers, policy)
     with torch.no_grad():
@@ -273,7 +278,7 @@ def warmstart(model, policy: MLPPolicy, temperature: float = 1.0) -> None:
 def export_policy(model, vocab: Vocab, cfg: SB3Config, directory: Path) -> MLPPolicy:
     from optgym.policies.torch_mlp import to_numpy_policy
 
-    policy = to_numpy_policy(actor_layers(model), vocab, activation="tanh", problem=cfg.problem,
+    policy = to_numpy_policy(actor_layers(model), vocab, activation="tanh", problem=cfg.problem, extras=cfg.extras,
                              source={"algorithm": cfg.algorithm, "timesteps": int(model.num_timesteps)})  # fmt: skip
     policy.save(directory)
     return policy
@@ -444,10 +449,13 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)
         cfg.vocab = _vocab_path(cfg)
+        if cfg.warmstart:  # the actor takes the warm start's shape and inputs
+            start = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
+            cfg.hidden, cfg.extras = list(start.hidden), list(start.extras)
         prepare_run_dir(run, resume=False)
         write_config(run, cfg.algorithm, asdict(cfg))
     vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
-    env_cfg = {"corpus": cfg.corpus, "split": cfg.split, "vocab": cfg.vocab, "seed": cfg.seed,
+    env_cfg = {"corpus": cfg.corpus, "split": cfg.split, "vocab": cfg.vocab, "seed": cfg.seed, "extras": cfg.extras,
                "timeout": cfg.timeout, "problem": cfg.problem, "optimal_decision": cfg.optimal_decision}  # fmt: skip
     factories: list[Callable[[], gym.Env]] = [_EnvFactory(env_cfg, rank) for rank in range(cfg.workers)]
     venv = SubprocVecEnv(factories, start_method="forkserver") if cfg.workers > 1 else DummyVecEnv(factories)
