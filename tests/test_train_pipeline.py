@@ -379,6 +379,27 @@ def test_ppo_trains_the_learned_allowance_from_its_start(corpus_dir, toolchain, 
     assert MLPPolicy.load(run / "final" / "policy").extras == start.extras
 
 
+def test_ppo_moves_only_the_allowance_as_es_does(toolchain, work):
+    """From the allowance's start, PPO moves the gates' weights and the inline bias and nothing else (not the
+    weights of the normalized features, which it read at 0): the parameters ES trains (allowance.trainable)."""
+    from conftest import C_SOURCE, FANOUT_SOURCE, _corpus
+
+    from optgym.policies.allowance import allowance_policy, trainable
+
+    short = _corpus(toolchain, work / "short-allowance", {"tree": (".c", C_SOURCE), "fanout": (".c", FANOUT_SOURCE)})
+    start = allowance_policy()
+    start.save(work / "allowance-start-2")
+    run = work / "ppo-allowance-moves"
+    cfg = SB3Config("ppo", str(short.root), str(run), warmstart=str(work / "allowance-start-2"), iterations=2,
+                    steps_per_iteration=128, workers=1, final_eval=False, critic="heuristic",
+                    learning_rate=0.05)  # fmt: skip
+    train_sb3(cfg, say=lambda s: None)
+    moved = MLPPolicy.load(run / "final" / "policy").parameters() - start.parameters()
+    free = trainable(start).astype(bool)
+    assert np.abs(moved[free]).max() > 0, "PPO learned nothing: the test needs a rollout with a reward"
+    assert not moved[~free].any(), "PPO moved a parameter outside the allowance"
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [({"critic": "value"}, "unknown --critic"), ({"temperature": 0.0}, "must be positive"),

@@ -241,6 +241,31 @@ def credit_deviations_only(model) -> None:
     buffer.advantages[agreed.reshape(buffer.advantages.shape)] = 0.0
 
 
+def is_allowance(cfg: SB3Config) -> bool:
+    """Whether the actor is the learned allowance (:mod:`optgym.policies.allowance`): linear, over clang's answer,
+    the margin and 0/1 gates after the normalized features."""
+    from optgym.policies.allowance import LEADING
+
+    return not cfg.hidden and tuple(cfg.extras[: len(LEADING)]) == LEADING
+
+
+def train_allowance_only(model, gates: int) -> None:
+    """Let PPO move only what ES moves in the allowance: the gates' weights and the bias of the inline logit.
+
+    The same linear actor also reads the ~150 normalized features at weight 0. PPO with all of them free wrecked
+    the allowance within 20 iterations on the demo corpus (the policy 36 % larger): normalized values up to ~20
+    swamp the margin. Gradient hooks zero every other entry, so Adam never moves them. Call again after a
+    resume, because hooks are not saved."""
+    import torch
+
+    layer = actor_layers(model)[-1]
+    weight_mask = torch.zeros_like(layer.weight)
+    weight_mask[1, layer.weight.shape[1] - gates :] = 1.0
+    bias_mask = torch.tensor([0.0, 1.0], dtype=layer.bias.dtype)
+    layer.weight.register_hook(lambda grad: grad * weight_mask)
+    layer.bias.register_hook(lambda grad: grad * bias_mask)
+
+
 def check_config(cfg: SB3Config) -> None:
     """Refuse a recipe SB3 cannot run, before the run directory exists."""
     if cfg.algorithm not in ALGORITHMS:
@@ -473,6 +498,10 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
                 warmstart(model, policy, cfg.temperature)
             iteration = 0
             snapshot(model, run, 0, vocab, cfg)  # a resume point before the first interval
+        if is_allowance(cfg):
+            from optgym.policies.allowance import LEADING
+
+            train_allowance_only(model, len(cfg.extras) - len(LEADING))
         model.set_logger(
             Logger(
                 str(run),
@@ -521,7 +550,9 @@ __all__ = [
     "check_config",
     "config_from_run",
     "export_policy",
+    "is_allowance",
     "make_env",
+    "train_allowance_only",
     "train_sb3",
     "warmstart",
 ]
