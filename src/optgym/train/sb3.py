@@ -5,8 +5,8 @@ The loop, top to bottom:
 1. the corpus side to train on (``--split train``; ``--test-percent`` makes a split if none is stored);
 2. P env workers (``SubprocVecEnv``), each ``optgym.make(…, on_error="skip")`` → never-inline size
    at episode end (cached) → :class:`NormalizeFeatures` → :class:`FlattenFeatures` → ``Monitor``; when
-   the warm start reads derived inputs (``--extras``, the learned allowance), :class:`PolicyInputsObservation`
-   gives them instead of the last two;
+   the warm start reads derived inputs (BC trained with ``--extras``, the learned allowance),
+   :class:`PolicyInputsObservation` gives them instead of the last two;
 3. the SB3 model with an actor of the warm start's shape (BC's 2×64 tanh; none, a linear map, for the
    allowance), warm-started from ``--warmstart``;
 4. ``learn()`` with :class:`TrainingCallback`, which at every iteration boundary logs the results
@@ -21,12 +21,12 @@ step count; DQN's replay buffer is not kept) and trains to the configured total:
 one snapshot interval. Rewards are sparse (MLGO's, at an episode's last decision), so γ = 1 and the
 returns are plain Monte-Carlo (``gae_lambda = 1``) by default.
 
-Why PPO from BC lost ground, and the two options that answer it (docs/experiments/2026-11-26-ppo.md):
+Why PPO from BC lost ground, and the options that answer it (docs/experiments/2026-11-26-ppo.md):
 
 * BC of a deterministic heuristic is near-certain: about 10⁻⁴ nats of entropy per decision, so sampled
   episodes almost never leave clang's decisions and their rewards are exactly 0. With a randomly
   initialized critic and SB3's per-batch advantage normalization, those zeros become unit-sized
-  advantages of pure critic noise (explained variance −1 to −10¹⁰), and the actor is updated on them: the
+  advantages of pure critic noise (explained variance −1 to −10¹³), and the actor is updated on them: the
   greedy decisions near BC's boundary drift, whatever the rewards say. ``--critic heuristic`` removes the
   noise. The reward is already measured against clang's own compile of the same module, so that compile
   *is* the per-module baseline: the value head starts at 0 and stays there (``vf_coef = 0``), and the
@@ -34,6 +34,10 @@ Why PPO from BC lost ground, and the two options that answer it (docs/experiment
 * Then nothing explores. ``--temperature T`` divides the warm start's action logits by ``T``: greedy
   decisions are unchanged, and sampling flips the decisions BC is least sure of. At ``T = 4``, a few
   per thousand decisions on the demo corpus.
+* Then a terminal reward blames every decision of a bad episode, BC's sure ones too, and entropy runs away.
+  ``--credit deviations`` keeps the reward for the decisions that left the greedy policy.
+* The MLP still carries a lucky flip to unrelated call sites. From the learned allowance's start, the actor is
+  linear over the allowance's inputs and only the allowance trains (:func:`train_allowance_only`), as in ES.
 """
 
 from __future__ import annotations
