@@ -275,6 +275,13 @@ def _sb3_command(algorithm: str):
                 "took differently from the greedy policy (needs --critic heuristic)"
             ),
         ] = "all",
+        allowance: Annotated[
+            str | None,
+            typer.Option(
+                help="start from the learned allowance over clang's threshold, gated by these 0/1 inputs "
+                "('default': the ladder ES uses); a linear actor where only the allowance trains (needs --vocab)"
+            ),
+        ] = None,
         resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
     ) -> None:
         from optgym.errors import OptgymError
@@ -298,7 +305,8 @@ def _sb3_command(algorithm: str):
                             steps_per_iteration=steps_per_iteration, workers=workers, snapshot_every=snapshot_every,
                             seed=seed, timeout=timeout, learning_rate=learning_rate, gamma=gamma,
                             final_eval=final_eval, optimal_decision=optimal_decision, critic=critic,
-                            temperature=temperature, credit=credit)  # fmt: skip
+                            temperature=temperature, credit=credit,
+                            allowance=_allowance_gates(allowance))  # fmt: skip
             train_sb3(cfg, say=console.print)
         except OptgymError as e:
             _fail(str(e))

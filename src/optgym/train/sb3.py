@@ -105,6 +105,7 @@ class SB3Config:
     temperature: float = 1.0  # the warm start's action logits ÷ T: sampling explores, greedy decisions unchanged
     credit: str = "all"  # "deviations": only decisions that left the greedy policy share the reward (above)
     extras: list[str] = field(default_factory=list)  # the warm start's derived inputs, which the env then gives
+    allowance: list[str] = field(default_factory=list)  # start from the learned allowance with these gates
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -245,6 +246,15 @@ def credit_deviations_only(model) -> None:
     buffer.advantages[agreed.reshape(buffer.advantages.shape)] = 0.0
 
 
+def allowance_start(cfg: SB3Config) -> MLPPolicy:
+    """The learned allowance at its start (clang's decisions), gated by ``cfg.allowance``, reading the normalized
+    features through ``cfg.vocab`` (at weight 0, so only the env's observation depends on it)."""
+    from optgym.policies.allowance import allowance_policy
+
+    start = allowance_policy(cfg.allowance, cfg.problem)
+    return MLPPolicy(start.weights, Vocab.load(cfg.vocab), problem=cfg.problem, extras=start.extras)  # type: ignore[arg-type]
+
+
 def is_allowance(cfg: SB3Config) -> bool:
     """Whether the actor is the learned allowance (:mod:`optgym.policies.allowance`): linear, over clang's answer,
     the margin and 0/1 gates after the normalized features."""
@@ -284,7 +294,11 @@ def check_config(cfg: SB3Config) -> None:
         raise RunError(f"unknown --credit {cfg.credit!r}; one of {', '.join(CREDITS)}")
     if cfg.credit == "deviations" and (cfg.critic != "heuristic" or cfg.algorithm == "dqn"):
         raise RunError("--credit deviations needs --critic heuristic (PPO/A2C): advantages in the reward's units")
-    if cfg.temperature != 1.0 and not cfg.warmstart:
+    if cfg.allowance and (cfg.warmstart or cfg.algorithm == "dqn" or cfg.problem != "inline-size"):
+        raise RunError("--allowance starts PPO/A2C from clang's own inline decisions: no --warmstart, inline-size")
+    if cfg.allowance and not cfg.vocab:
+        raise RunError("--allowance needs --vocab: the env normalizes the features the allowance reads at weight 0")
+    if cfg.temperature != 1.0 and not (cfg.warmstart or cfg.allowance):
         raise RunError("--temperature softens a warm start's logits: give --warmstart")
 
 
@@ -478,10 +492,14 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)
         cfg.vocab = _vocab_path(cfg)
-        if cfg.warmstart:  # the actor takes the warm start's shape and inputs
+        start = allowance_start(cfg) if cfg.allowance else None  # unknown gates are refused here, before the run
+        if cfg.warmstart:
             start = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
+        if start is not None:  # the actor takes the start's shape and inputs
             cfg.hidden, cfg.extras = list(start.hidden), list(start.extras)
         prepare_run_dir(run, resume=False)
+        if cfg.allowance and start is not None:  # kept in the run: the warm start a resume or a rerun finds
+            cfg.warmstart = str(start.save(run / "start"))
         write_config(run, cfg.algorithm, asdict(cfg))
     vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
     env_cfg = {"corpus": cfg.corpus, "split": cfg.split, "vocab": cfg.vocab, "seed": cfg.seed, "extras": cfg.extras,
@@ -551,6 +569,7 @@ __all__ = [
     "CREDITS",
     "CRITICS",
     "SB3Config",
+    "allowance_start",
     "check_config",
     "config_from_run",
     "export_policy",
