@@ -88,11 +88,11 @@ class PolicyInputsObservation(gym.Wrapper):
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(self.inputs.width,), dtype=np.float32)
 
     def _vector(self, observation: dict[str, np.ndarray], info: dict[str, Any]) -> np.ndarray:
-        if "module" not in info or "heuristic_action" not in info:  # the terminal step: nothing to decide
+        if "decision" not in info:  # an episode's end (or failure): nothing is pending
             return np.zeros(self.inputs.width, dtype=np.float32)
         raw = np.array([observation[n].reshape(-1)[0] for n in self.names], dtype=np.float64)
         language = self.env.unwrapped.corpus[info["module"]].language  # type: ignore[attr-defined]
-        return self.inputs(raw, info["heuristic_action"], is_cxx(language), dtype=np.float32)
+        return self.inputs(raw, info.get("heuristic_action"), is_cxx(language), dtype=np.float32)
 
     def reset(self, **kwargs: Any):
         observation, info = self.env.reset(**kwargs)
@@ -100,8 +100,7 @@ class PolicyInputsObservation(gym.Wrapper):
 
     def step(self, action: Any):
         observation, reward, terminated, truncated, info = self.env.step(action)
-        vector = np.zeros(self.inputs.width, np.float32) if terminated or truncated else self._vector(observation, info)
-        return vector, reward, terminated, truncated, info
+        return self._vector(observation, info), reward, terminated, truncated, info
 
 
 class _Replay:

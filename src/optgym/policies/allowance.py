@@ -67,8 +67,12 @@ class AllowanceError(OptgymError):
     """An allowance policy asked for with gates that are not 0/1 inputs of the problem's features."""
 
 
-def allowance_policy(gates: Sequence[str] = DEFAULT_GATES, problem: str = "inline-size") -> MLPPolicy:
-    """The family's start: clang's decisions (``w = 0``, ``b = 0``), the gates as its derived inputs."""
+def allowance_policy(
+    gates: Sequence[str] = DEFAULT_GATES, problem: str = "inline-size", vocab: Vocab | None = None
+) -> MLPPolicy:
+    """The family's start: clang's decisions (``w = 0``, ``b = 0``), the gates as its derived inputs. The
+    normalized features are read at weight 0, so ``vocab`` changes no decision; give one where something else
+    reads them (PPO's env normalizes its observations with it)."""
     decided = get_problem(problem)
     features = [s.name for s in decided.expected_features() if s.name not in decided.hidden_features]
     for name in ("threshold", "cost_estimate"):
@@ -76,7 +80,8 @@ def allowance_policy(gates: Sequence[str] = DEFAULT_GATES, problem: str = "inlin
             raise AllowanceError(f"an allowance needs clang's {name!r} feature, which {problem} does not send")
     if not gates:
         raise AllowanceError("an allowance needs at least one gate")
-    vocab = Vocab({name: [0.0] for name in features}, problem=problem)  # the normalized features get zero weight
+    if vocab is None:  # the normalized features get zero weight
+        vocab = Vocab({name: [0.0] for name in features}, problem=problem)
     extras = [*LEADING, *gates]
     parsed = parse_extras(extras, features)
     if any(kind in (HEURISTIC_INPUT, "margin") for kind, _, _ in parsed[len(LEADING) :]):
@@ -88,9 +93,14 @@ def allowance_policy(gates: Sequence[str] = DEFAULT_GATES, problem: str = "inlin
     return MLPPolicy([(weights, np.zeros(2))], vocab, problem=problem, extras=extras)
 
 
+def is_allowance(policy: MLPPolicy) -> bool:
+    """Whether ``policy`` is of this family: no hidden layer, inputs clang's answer and the margin, then gates."""
+    return not policy.hidden and tuple(policy.extras[: len(LEADING)]) == LEADING
+
+
 def trainable(policy: MLPPolicy) -> np.ndarray:
     """A 0/1 mask over :meth:`MLPPolicy.parameters`: the gates' weights on the inline logit, and its bias."""
-    if policy.hidden or tuple(policy.extras[: len(LEADING)]) != LEADING:
+    if not is_allowance(policy):
         raise AllowanceError("not an allowance policy: no hidden layer, inputs heuristic and margin, then gates")
     ((weights, _bias),) = policy.weights
     mask_w, mask_b = np.zeros_like(weights), np.zeros(2)
@@ -108,4 +118,4 @@ def describe(policy: MLPPolicy) -> list[tuple[str, float]]:
     ]
 
 
-__all__ = ["DEFAULT_GATES", "AllowanceError", "allowance_policy", "describe", "trainable"]
+__all__ = ["DEFAULT_GATES", "AllowanceError", "allowance_policy", "describe", "is_allowance", "trainable"]

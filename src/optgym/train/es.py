@@ -53,6 +53,7 @@ from optgym.train.evaluation import companion_factories, more_than_1pct_worse
 from optgym.train.run import (
     ProgressCSV,
     RunError,
+    check_choices,
     evaluate_final,
     percentiles,
     prepare_run_dir,
@@ -264,10 +265,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     scored = problem_class(cfg.problem).scorer_start is not None  # a candidate scorer: no vocab
     if cfg.language not in (None, "C", "C++"):
         raise RunError(f"--language {cfg.language!r}: C or C++")
-    for option, value, choices in (("--fitness", cfg.fitness, FITNESS), ("--shaping", cfg.shaping, SHAPING),
-                                   ("--batch", cfg.batch, BATCHING), ("--anneal", cfg.anneal, ANNEALING)):  # fmt: skip
-        if value not in choices:
-            raise RunError(f"{option} {value!r}: one of {', '.join(choices)}")
+    check_choices([("--fitness", cfg.fitness, FITNESS), ("--shaping", cfg.shaping, SHAPING),
+                   ("--batch", cfg.batch, BATCHING), ("--anneal", cfg.anneal, ANNEALING)])  # fmt: skip
     if cfg.scorer_hidden < 0:
         raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):

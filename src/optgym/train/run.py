@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,14 @@ CONFIG_FORMAT_VERSION = 1
 
 class RunError(OptgymError):
     """A run directory that cannot be created, read or resumed."""
+
+
+def check_choices(options: Iterable[tuple[str, str, Sequence[str]]]) -> None:
+    """Refuse the first ``(option, value, choices)`` whose value is not one of its choices: a trainer checks its
+    recipe this way before its run directory exists."""
+    for option, value, choices in options:
+        if value not in choices:
+            raise RunError(f"unknown {option} {value!r}: one of {', '.join(choices)}")
 
 
 def versions() -> dict[str, str]:

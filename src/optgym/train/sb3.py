@@ -61,6 +61,7 @@ from optgym.problems.normalize import Vocab
 from optgym.train.run import (
     ProgressCSV,
     RunError,
+    check_choices,
     evaluate_final,
     percentiles,
     prepare_run_dir,
@@ -246,25 +247,9 @@ def credit_deviations_only(model) -> None:
     buffer.advantages[agreed.reshape(buffer.advantages.shape)] = 0.0
 
 
-def allowance_start(cfg: SB3Config) -> MLPPolicy:
-    """The learned allowance at its start (clang's decisions), gated by ``cfg.allowance``, reading the normalized
-    features through ``cfg.vocab`` (at weight 0, so only the env's observation depends on it)."""
-    from optgym.policies.allowance import allowance_policy
-
-    start = allowance_policy(cfg.allowance, cfg.problem)
-    return MLPPolicy(start.weights, Vocab.load(cfg.vocab), problem=cfg.problem, extras=start.extras)  # type: ignore[arg-type]
-
-
-def is_allowance(cfg: SB3Config) -> bool:
-    """Whether the actor is the learned allowance (:mod:`optgym.policies.allowance`): linear, over clang's answer,
-    the margin and 0/1 gates after the normalized features."""
-    from optgym.policies.allowance import LEADING
-
-    return not cfg.hidden and tuple(cfg.extras[: len(LEADING)]) == LEADING
-
-
-def train_allowance_only(model, gates: int) -> None:
-    """Let PPO move only what ES moves in the allowance: the gates' weights and the bias of the inline logit.
+def train_allowance_only(model, policy: MLPPolicy) -> None:
+    """Let PPO move only what ES moves in an allowance ``policy`` (the model's actor as a numpy policy):
+    :func:`~optgym.policies.allowance.trainable`, the gates' weights and the bias of the inline logit.
 
     The same linear actor also reads the ~150 normalized features at weight 0. PPO with all of them free wrecked
     the allowance within 20 iterations on the demo corpus (the policy 36 % larger): normalized values up to ~20
@@ -272,26 +257,25 @@ def train_allowance_only(model, gates: int) -> None:
     resume, because hooks are not saved."""
     import torch
 
+    from optgym.policies.allowance import trainable
+
     layer = actor_layers(model)[-1]
-    weight_mask = torch.zeros_like(layer.weight)
-    weight_mask[1, layer.weight.shape[1] - gates :] = 1.0
-    bias_mask = torch.tensor([0.0, 1.0], dtype=layer.bias.dtype)
+    mask = trainable(policy)
+    weights = policy.weights[0][0].size  # parameters(): the weights (inputs × 2), then the bias; torch's is W.T
+    weight_mask = torch.as_tensor(mask[:weights].reshape(policy.weights[0][0].shape).T, dtype=layer.weight.dtype)
+    bias_mask = torch.as_tensor(mask[weights:], dtype=layer.bias.dtype)
     layer.weight.register_hook(lambda grad: grad * weight_mask)
     layer.bias.register_hook(lambda grad: grad * bias_mask)
 
 
 def check_config(cfg: SB3Config) -> None:
     """Refuse a recipe SB3 cannot run, before the run directory exists."""
-    if cfg.algorithm not in ALGORITHMS:
-        raise RunError(f"unknown algorithm {cfg.algorithm!r}; one of {', '.join(ALGORITHMS)}")
-    if cfg.critic not in CRITICS:
-        raise RunError(f"unknown --critic {cfg.critic!r}; one of {', '.join(CRITICS)}")
+    check_choices([("algorithm", cfg.algorithm, ALGORITHMS), ("--critic", cfg.critic, CRITICS),
+                   ("--credit", cfg.credit, CREDITS)])  # fmt: skip
     if not cfg.temperature > 0:
         raise RunError(f"--temperature must be positive, not {cfg.temperature}")
     if cfg.algorithm == "dqn" and (cfg.critic != "learned" or cfg.temperature != 1.0):
         raise RunError("--critic and --temperature are for PPO and A2C: DQN has no critic head and acts greedily")
-    if cfg.credit not in CREDITS:
-        raise RunError(f"unknown --credit {cfg.credit!r}; one of {', '.join(CREDITS)}")
     if cfg.credit == "deviations" and (cfg.critic != "heuristic" or cfg.algorithm == "dqn"):
         raise RunError("--credit deviations needs --critic heuristic (PPO/A2C): advantages in the reward's units")
     if cfg.allowance and (cfg.warmstart or cfg.algorithm == "dqn" or cfg.problem != "inline-size"):
@@ -482,8 +466,12 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
     from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
+    from optgym.policies.allowance import allowance_policy, is_allowance
+    from optgym.policies.torch_mlp import to_numpy_policy
+
     check_config(cfg)
     run = Path(cfg.output)
+    start: MLPPolicy | None = None  # a new run's warm start (a resume continues from its snapshot instead)
     torch.set_num_threads(1)  # the learner shares 2 cores with the compilers
     if resume:
         prepare_run_dir(run, resume=True)
@@ -492,8 +480,9 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)
         cfg.vocab = _vocab_path(cfg)
-        start = allowance_start(cfg) if cfg.allowance else None  # unknown gates are refused here, before the run
-        if cfg.warmstart:
+        if cfg.allowance:  # unknown gates are refused here, before the run exists
+            start = allowance_policy(cfg.allowance, cfg.problem, Vocab.load(cfg.vocab))
+        elif cfg.warmstart:
             start = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
         if start is not None:  # the actor takes the start's shape and inputs
             cfg.hidden, cfg.extras = list(start.hidden), list(start.extras)
@@ -515,15 +504,15 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
             say(f"resuming {run} from snapshot {last.name} ({model.num_timesteps} steps)")
         else:
             model = build_model(cfg, venv)
-            if cfg.warmstart:
-                policy = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
-                warmstart(model, policy, cfg.temperature)
+            if start is None and cfg.warmstart:  # a resume killed before its first snapshot starts over
+                start = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
+            if start is not None:
+                warmstart(model, start, cfg.temperature)
             iteration = 0
             snapshot(model, run, 0, vocab, cfg)  # a resume point before the first interval
-        if is_allowance(cfg):
-            from optgym.policies.allowance import LEADING
-
-            train_allowance_only(model, len(cfg.extras) - len(LEADING))
+        actor = to_numpy_policy(actor_layers(model), vocab, problem=cfg.problem, extras=cfg.extras)
+        if is_allowance(actor):
+            train_allowance_only(model, actor)
         model.set_logger(
             Logger(
                 str(run),
@@ -569,11 +558,9 @@ __all__ = [
     "CREDITS",
     "CRITICS",
     "SB3Config",
-    "allowance_start",
     "check_config",
     "config_from_run",
     "export_policy",
-    "is_allowance",
     "make_env",
     "train_allowance_only",
     "train_sb3",
