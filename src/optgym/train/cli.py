@@ -434,6 +434,13 @@ def es_command(
             "(comma-separated at_most:F:K, at_least:F:K, cxx; 'default': optgym.policies.allowance's ladder)"
         ),
     ] = None,
+    validation_groups: Annotated[
+        str | None,
+        typer.Option(help="hold these training packages back (comma-separated); the final policy: the best snapshot"),
+    ] = None,
+    validation_percent: Annotated[
+        float, typer.Option(help="hold back this share of the training packages (a fixed draw) to pick the snapshot")
+    ] = 0.0,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
@@ -460,7 +467,8 @@ def es_command(
                        language=language, loss_weight=loss_weight, fitness=fitness, worse_penalty=worse_penalty,
                        companions=[list(pair) for pair in parse_companions(with_)],
                        scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping,
-                       batch=batch, anneal=anneal)  # fmt: skip
+                       batch=batch, anneal=anneal, validation_groups=comma_list(validation_groups, {}),
+                       validation_percent=validation_percent)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

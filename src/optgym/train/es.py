@@ -23,6 +23,12 @@ beside the eviction scorer it would be served with), the reward their effect tog
    module's regression, yet the size target caps the share of such modules, whatever their size.
    With ``anneal="linear"`` the step size falls from ``learning_rate`` towards zero over the run.
 
+With validation packages (``validation_groups`` or ``validation_percent``: a package-level part of the
+training side that no iteration trains on), every snapshot is compiled on them and the run's final policy is
+the snapshot with the best validation fitness, not the last iterate: an ES run's iterates keep moving along
+directions its batches barely constrain, and a held-out package can get worse while the batches still improve
+(the .NET CSE gym evaluates every snapshot for the same reason; docs/experiments/2026-11-26-validation.md).
+
 No value function, no per-decision credit: the whole compile is one sample, which suits a reward
 that only exists once the object is measured. Snapshots (θ, Adam's moments and step, the numpy
 policy) are written atomically every ``snapshot_every`` iterations; ``--resume RUN`` continues.
@@ -31,6 +37,7 @@ policy) are written atomically every ``snapshot_every`` iterations; ``--resume R
 from __future__ import annotations
 
 import functools
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,16 +47,20 @@ import numpy as np
 
 from optgym.corpus import Corpus
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
+from optgym.corpus.split import compute_split, effective_by
+from optgym.corpus.staging import read_description
+from optgym.errors import CorpusError
+from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies import PolicyFactory
 from optgym.policies.allowance import allowance_policy, describe, trainable
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
-from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
+from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of, snapshot_dirs
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
-from optgym.train.evaluation import companion_factories, more_than_1pct_worse
+from optgym.train.evaluation import companion_factories, evaluate, more_than_1pct_worse, summarize
 from optgym.train.run import (
     ProgressCSV,
     RunError,
@@ -101,6 +112,10 @@ class ESConfig:
     shaping: str = "none"  # "rank": centered ranks of the directions' fitnesses (SHAPING)
     batch: str = "uniform"  # "size": each iteration's modules drawn evenly from strata of bitcode size (BATCHING)
     anneal: str = "none"  # "linear": the step size falls from learning_rate towards zero over the run (ANNEALING)
+    #: packages of the training side held back to choose the final policy (VALIDATION): named, or a seeded
+    #: draw of this share of them; every snapshot is compiled on them, and the best one is the run's final policy
+    validation_groups: list[str] = field(default_factory=list)
+    validation_percent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -281,6 +296,14 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     corpus = [m for m in Corpus(cfg.corpus, split=cfg.split) if cfg.language in (None, m.family)]
     if not corpus:  # before the run directory exists: a refused run leaves nothing behind
         raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
+    # validation packages are refused, like a bad companion, before the run directory exists
+    by = effective_by(read_description(Path(cfg.corpus)), "package")
+    validation = validation_modules([m.name for m in corpus], cfg, by)
+    if validation:
+        held_back = set(validation)
+        corpus = [m for m in corpus if m.name not in held_back]
+        if not corpus:
+            raise RunError("the validation packages are the whole training side: nothing is left to train on")
     # a companion that cannot be loaded refuses the run before its directory exists, too
     with_policies = companion_factories(cfg.problem, [(name, spec) for name, spec in cfg.companions], cfg.workers)
     prepare_run_dir(run, resume=resume)
@@ -329,8 +352,19 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             policy.with_parameters(th).save(tmp / "policy")
             np.savez(tmp / "es_state.npz", theta=th, m=adam.m, v=adam.v, t=adam.t)
 
-        write_snapshot(run, it, fill, {"time": time.time()})
+        snapshot = write_snapshot(run, it, fill, {"time": time.time()})
+        if validation:
+            record = validate_snapshot(snapshot, cfg, validation)
+            if record["fitness"] is None:
+                say(f"validation at {it}: no validation module compiled ({record['failed']} failed)")
+                return
+            for key in ("fitness", "total_ratio", "worse_share"):
+                writer.add_scalar(f"validation/{key}", record[key], it)
+            writer.flush()
+            say(f"validation at {it}: {record['total_ratio']:.4f} of clang's bytes, {record['worse']} of "
+                f"{record['modules']} modules > 1 % worse, fitness {record['fitness']:+.4f}")  # fmt: skip
 
+    writer = SummaryWriter(str(run))
     if last is None:
         save(0, theta)  # a resume point before the first interval
     # the template the workers build perturbed policies from (architecture + vocab)
@@ -339,7 +373,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         policy.save(template)
     shipped = portable_path(str(template), cfg.workers)
 
-    writer = SummaryWriter(str(run))
     score = functools.partial(direction_fitness, fitness=cfg.fitness, loss_weight=cfg.loss_weight,
                               worse_penalty=cfg.worse_penalty)  # fmt: skip
     csv = ProgressCSV(run / "progress.csv", resumed_at=("iteration", iteration))
@@ -405,14 +438,74 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             + (f"  failures {failures}" if failures else ""))  # fmt: skip
         if iteration % cfg.snapshot_every == 0 or iteration == cfg.iterations:
             save(iteration, theta)
+    if validation:  # every snapshot validated (one a kill left unvalidated, too): the best one is final
+        validated = {snap: validate_snapshot(snap, cfg, validation) for snap in snapshot_dirs(run)}
+        def rank(snap: Path) -> tuple[float, int]:  # a snapshot nothing compiled for ranks last; a tie: the earlier
+            fitness = validated[snap]["fitness"]
+            return (float("-inf") if fitness is None else fitness), -validated[snap]["iteration"]
+
+        chosen = max(validated, key=rank)
+        best, records = validated[chosen], list(validated.values())
+        with np.load(chosen / "es_state.npz") as z:
+            theta = z["theta"].copy()
+        say(f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})")
     writer.close()
     policy = policy.with_parameters(theta)
     policy.save(run / "final" / "policy")
+    if validation:
+        atomic_write_bytes(run / "final" / VALIDATION_FILE, json.dumps({"selected": best, "snapshots": records},
+                                                                      indent=2).encode())  # fmt: skip
     if cfg.allowance:
         say("allowance learned: " + ", ".join(f"{name} {w:+.3f}" for name, w in describe(policy)))  # type: ignore[arg-type]
     head = {"algorithm": "es", "iterations": cfg.iterations, "directions": cfg.directions}
     return evaluate_final(run, cfg.corpus, cfg.split, head, enabled=cfg.final_eval, workers=cfg.workers,
                           timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
+
+
+#: The figures of one snapshot on the validation packages, in the snapshot (and, for all of them, in ``RUN/final``).
+VALIDATION_FILE = "validation.json"
+
+
+def validation_modules(names: list[str], cfg: ESConfig, by: str = "package") -> list[str]:
+    """The training side's modules held back for validation (``--validation-groups`` or
+    ``--validation-percent``), by package as the held-out split is (``by``: ``"module"`` for a corpus without
+    packages). The draw's seed is fixed, not the run's, so every seed of a recipe validates on the same
+    packages and trains on the same rest."""
+    if not cfg.validation_groups and not cfg.validation_percent:
+        return []
+    if cfg.validation_groups and cfg.validation_percent:
+        raise RunError("--validation-groups or --validation-percent, not both")
+    try:
+        _, held = compute_split(names, cfg.validation_percent, 0, by, cfg.validation_groups)
+    except CorpusError as e:
+        raise RunError(str(e).replace("--test-groups", "--validation-groups")) from None
+    return held
+
+
+def validate_snapshot(snapshot: Path, cfg: ESConfig, modules: list[str]) -> dict[str, Any]:
+    """A snapshot's policy on the validation modules, against clang: its total ratio, modules more than 1 %
+    worse, and the ``"total"`` fitness ES maximizes (loss weight and worse penalty as in training), which ranks
+    the snapshots whatever ``--fitness`` trained them. Kept in the snapshot, so a resume never compiles it twice."""
+    done = snapshot / VALIDATION_FILE
+    if done.exists():
+        return json.loads(done.read_text())
+    rows = evaluate(str(snapshot / "policy"), Corpus(cfg.corpus, split=cfg.split), problem=cfg.problem,
+                    modules=modules, workers=cfg.workers, timeout=cfg.timeout, progress=False,
+                    companions=[(name, spec) for name, spec in cfg.companions])  # fmt: skip
+    ok = [r.texts for r in rows if r.ok]
+    outcomes = [{"heuristic_text_bytes": h, "text_bytes": p} for h, p in ok]
+    figures = summarize(rows)
+    record = {
+        "iteration": read_state(snapshot)["iteration"],
+        "fitness": direction_fitness(outcomes, "total", cfg.loss_weight, cfg.worse_penalty) if ok else None,
+        "total_ratio": figures["total_ratio"],
+        "worse": figures["regressed_over_1pct"],
+        "worse_share": figures["regressed_over_1pct"] / max(len(ok), 1),
+        "modules": len(ok),
+        "failed": len(rows) - len(ok),
+    }
+    atomic_write_bytes(done, json.dumps(record, indent=2).encode())
+    return record
 
 
 def config_from_run(path: Path) -> ESConfig:
@@ -435,4 +528,6 @@ __all__ = [
     "shape",
     "step_size",
     "train_es",
+    "validate_snapshot",
+    "validation_modules",
 ]
