@@ -58,6 +58,25 @@ def test_every_decision_of_a_real_compile_is_clangs_or_within_the_learned_allowa
     assert added > 0, "an allowance that adds no inline tests nothing"
 
 
+def test_a_light_weight_on_clangs_answer_lets_a_negative_allowance_withdraw_its_inlines(corpus_dir, toolchain):
+    """``heuristic_weight`` 0.25 and an allowance of −1 (no gate holds weight): where clang inlines, the site
+    stays inlined only while ``0.25 + m − 1 > 0``, that is, its cost is more than ``exp(6) − 1`` under the
+    threshold; nothing clang refuses is inlined. Checked decision by decision on real compiles, and some of
+    clang's inlines must actually be withdrawn."""
+    policy = _with(allowance_policy(GATES, heuristic_weight=0.25), -1.0, [0.0, 0.0, 0.0])
+    withdrawn = kept = 0
+    for _, f, actions, heuristic in recorded_decisions(policy, corpus_dir, toolchain):
+        under = f[:, NAMES.index("threshold")] - f[:, NAMES.index("cost_estimate")]
+        clangs = heuristic == 1
+        expected = clangs & (under > math.expm1(6.0))
+        assert np.array_equal(actions, expected.astype(np.int64))
+        withdrawn += int((clangs & ~expected).sum())
+        kept += int(expected.sum())
+    assert withdrawn > 0 and kept > 0, "a test where nothing is withdrawn, or everything is, tests nothing"
+    with pytest.raises(AllowanceError, match="positive"):
+        allowance_policy(GATES, heuristic_weight=0.0)
+
+
 def test_es_moves_only_the_allowance(corpus_dir, tmp_path):
     cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, iterations=1, directions=2, sigma=0.3,
                    learning_rate=0.1, workers=2, final_eval=False, fitness="total")  # fmt: skip

@@ -68,11 +68,22 @@ class AllowanceError(OptgymError):
 
 
 def allowance_policy(
-    gates: Sequence[str] = DEFAULT_GATES, problem: str = "inline-size", vocab: Vocab | None = None
+    gates: Sequence[str] = DEFAULT_GATES,
+    problem: str = "inline-size",
+    vocab: Vocab | None = None,
+    heuristic_weight: float = HEURISTIC_WEIGHT,
 ) -> MLPPolicy:
     """The family's start: clang's decisions (``w = 0``, ``b = 0``), the gates as its derived inputs. The
     normalized features are read at weight 0, so ``vocab`` changes no decision; give one where something else
-    reads them (PPO's env normalizes its observations with it)."""
+    reads them (PPO's env normalizes its observations with it).
+
+    ``heuristic_weight`` W is the fixed weight on clang's answer. At the default 4 an allowance only adds
+    inlines. Below 1 the family can also *withdraw* clang's inlines: where clang says yes, the call site stays
+    inlined while ``W + m + a(x) > 0``, so a negative allowance drops the inlines whose cost is just under the
+    threshold (``m`` small). The start is still clang's wherever clang's yes has ``m > −W``, which is every yes
+    clang gives on the ThinLTO backends traced (docs/experiments/2026-11-25-thinlto.md)."""
+    if not heuristic_weight > 0:
+        raise AllowanceError(f"the weight on clang's answer must be positive, not {heuristic_weight}")
     decided = get_problem(problem)
     features = [s.name for s in decided.expected_features() if s.name not in decided.hidden_features]
     for name in ("threshold", "cost_estimate"):
@@ -88,7 +99,7 @@ def allowance_policy(
         raise AllowanceError(f"gates are 0/1 inputs (at_most:F:K, at_least:F:K, cxx), not {list(gates)}")
     width = len(features) * PER_FEATURE
     weights = np.zeros((width + len(extras), 2))
-    weights[width, 1] = HEURISTIC_WEIGHT
+    weights[width, 1] = heuristic_weight
     weights[width + 1, 1] = 1.0
     return MLPPolicy([(weights, np.zeros(2))], vocab, problem=problem, extras=extras)
 

@@ -441,6 +441,10 @@ def es_command(
     validation_percent: Annotated[
         float, typer.Option(help="hold back this share of the training packages (a fixed draw) to pick the snapshot")
     ] = 0.0,
+    heuristic_weight: Annotated[
+        float,
+        typer.Option(help="an allowance's weight on clang's answer: 4 only adds inlines; below 1 it can withdraw them"),
+    ] = 4.0,
 ) -> None:
     """Evolution strategies (antithetic, MLGO's blackbox trainer) over whole-module compiles in parallel workers.
 
@@ -468,7 +472,7 @@ def es_command(
                        companions=[list(pair) for pair in parse_companions(with_)],
                        scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping,
                        batch=batch, anneal=anneal, validation_groups=comma_list(validation_groups, {}),
-                       validation_percent=validation_percent)  # fmt: skip
+                       validation_percent=validation_percent, heuristic_weight=heuristic_weight)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

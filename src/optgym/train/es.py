@@ -54,7 +54,7 @@ from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies import PolicyFactory
-from optgym.policies.allowance import allowance_policy, describe, trainable
+from optgym.policies.allowance import HEURISTIC_WEIGHT, allowance_policy, describe, trainable
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of, snapshot_dirs
@@ -116,6 +116,9 @@ class ESConfig:
     #: draw of this share of them; every snapshot is compiled on them, and the best one is the run's final policy
     validation_groups: list[str] = field(default_factory=list)
     validation_percent: float = 0.0
+    #: an allowance's fixed weight on clang's answer: 4 only adds inlines; below 1 a negative allowance also
+    #: withdraws clang's inlines whose cost is just under the threshold (optgym.policies.allowance)
+    heuristic_weight: float = HEURISTIC_WEIGHT
 
 
 @dataclass(frozen=True)
@@ -331,7 +334,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         elif scored:
             policy = CandidateScorer.initial(cfg.problem)
         elif cfg.allowance:
-            policy = allowance_policy(cfg.allowance, cfg.problem)
+            policy = allowance_policy(cfg.allowance, cfg.problem, heuristic_weight=cfg.heuristic_weight)
         else:
             policy = MLPPolicy.initial(Vocab.load(cfg.vocab), cfg.hidden, seed=cfg.seed, problem=cfg.problem)  # type: ignore[arg-type]
         if cfg.scorer_hidden and not isinstance(policy, ResidualScorer):
