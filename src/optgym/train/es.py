@@ -296,7 +296,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         _resolve_split(cfg)  # type: ignore[arg-type]
         if not scored and not cfg.allowance:  # an allowance reads no normalized feature: no vocab
             cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
-    corpus = [m for m in Corpus(cfg.corpus, split=cfg.split) if cfg.language in (None, m.family)]
+    split_side = Corpus(cfg.corpus, split=cfg.split)  # the training and the validation modules
+    corpus = [m for m in split_side if cfg.language in (None, m.family)]
     if not corpus:  # before the run directory exists: a refused run leaves nothing behind
         raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
     # validation packages are refused, like a bad companion, before the run directory exists
@@ -357,7 +358,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
         snapshot = write_snapshot(run, it, fill, {"time": time.time()})
         if validation:
-            record = validate_snapshot(snapshot, cfg, validation)
+            record = validate_snapshot(snapshot, cfg, split_side, validation)
             if record["fitness"] is None:
                 say(f"validation at {it}: no validation module compiled ({record['failed']} failed)")
                 return
@@ -442,7 +443,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         if iteration % cfg.snapshot_every == 0 or iteration == cfg.iterations:
             save(iteration, theta)
     if validation:  # every snapshot validated (one a kill left unvalidated, too): the best one is final
-        validated = {snap: validate_snapshot(snap, cfg, validation) for snap in snapshot_dirs(run)}
+        validated = {snap: validate_snapshot(snap, cfg, split_side, validation) for snap in snapshot_dirs(run)}
         def rank(snap: Path) -> tuple[float, int]:  # a snapshot nothing compiled for ranks last; a tie: the earlier
             fitness = validated[snap]["fitness"]
             return (float("-inf") if fitness is None else fitness), -validated[snap]["iteration"]
@@ -485,27 +486,26 @@ def validation_modules(names: list[str], cfg: ESConfig, by: str = "package") -> 
     return held
 
 
-def validate_snapshot(snapshot: Path, cfg: ESConfig, modules: list[str]) -> dict[str, Any]:
+def validate_snapshot(snapshot: Path, cfg: ESConfig, corpus: Corpus, modules: list[str]) -> dict[str, Any]:
     """A snapshot's policy on the validation modules, against clang: its total ratio, modules more than 1 %
     worse, and the ``"total"`` fitness ES maximizes (loss weight and worse penalty as in training), which ranks
     the snapshots whatever ``--fitness`` trained them. Kept in the snapshot, so a resume never compiles it twice."""
     done = snapshot / VALIDATION_FILE
     if done.exists():
         return json.loads(done.read_text())
-    rows = evaluate(str(snapshot / "policy"), Corpus(cfg.corpus, split=cfg.split), problem=cfg.problem,
+    rows = evaluate(str(snapshot / "policy"), corpus, problem=cfg.problem,
                     modules=modules, workers=cfg.workers, timeout=cfg.timeout, progress=False,
                     companions=[(name, spec) for name, spec in cfg.companions])  # fmt: skip
-    ok = [r.texts for r in rows if r.ok]
-    outcomes = [{"heuristic_text_bytes": h, "text_bytes": p} for h, p in ok]
+    outcomes = [{"heuristic_text_bytes": h, "text_bytes": p} for h, p in (r.texts for r in rows if r.ok)]
     figures = summarize(rows)
     record = {
         "iteration": read_state(snapshot)["iteration"],
-        "fitness": direction_fitness(outcomes, "total", cfg.loss_weight, cfg.worse_penalty) if ok else None,
+        "fitness": direction_fitness(outcomes, "total", cfg.loss_weight, cfg.worse_penalty) if outcomes else None,
         "total_ratio": figures["total_ratio"],
         "worse": figures["regressed_over_1pct"],
-        "worse_share": figures["regressed_over_1pct"] / max(len(ok), 1),
-        "modules": len(ok),
-        "failed": len(rows) - len(ok),
+        "worse_share": figures["regressed_over_1pct"] / max(figures["evaluated"], 1),
+        "modules": figures["evaluated"],
+        "failed": figures["failed"],
     }
     atomic_write_bytes(done, json.dumps(record, indent=2).encode())
     return record
