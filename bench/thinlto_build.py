@@ -2,13 +2,15 @@
 
 Both builds of each round run in this one process, one after the other, from the same source tree with the
 same flags (``-Oz -flto=thin -fuse-ld=lld``, ``-j JOBS``): plain clang-22, then ``optgym-cc`` with the ThinLTO
-plan (``--plan``; default the shipped one: its link and LLVM options) and the ThinLTO policy (``--policy``;
-default the shipped one, which leaves inlining to clang where none ships). The figure is the build step's wall
+plan (``--plan``; default the shipped one: its link and LLVM options) and the ThinLTO policies of the backends
+(``--policy`` for inlining, ``--evict-policy`` and ``--priority-policy`` for the register allocator; each
+defaults to the shipped one, and leaves its decision to clang where none ships). The figure is the build step's wall
 and CPU time (the policy server's CPU included: ``optgym compare-build`` reaps it with the build), as a
 ratio optgym / plain, per round and the median over rounds. The bar for a
 drop-in compiler is a wall ratio of at most 1.15 on 2 cores.
 
-    .venv/bin/python bench/thinlto_build.py SRC [--plan FILE|none] [--policy SPEC] [--rounds 3] [--jobs 2] [-o DIR]
+    .venv/bin/python bench/thinlto_build.py SRC [--plan FILE|none] [--policy SPEC] [--evict-policy SPEC]
+        [--priority-policy SPEC] [--rounds 3] [--jobs 2] [-o DIR]
 """
 
 from __future__ import annotations
@@ -26,18 +28,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="a CMake, Meson, autotools or Make source tree")
     parser.add_argument("--policy", default="pretrained", help="OPTGYM_LTO_POLICY of the optgym build")
+    parser.add_argument("--evict-policy", default="pretrained", help="OPTGYM_LTO_EVICT_POLICY of that build")
+    parser.add_argument("--priority-policy", default="pretrained", help="OPTGYM_LTO_PRIORITY_POLICY of that build")
     parser.add_argument("--plan", default="pretrained", help="OPTGYM_LTO_PLAN of the optgym build")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("-o", "--output", type=Path, help="where the builds go (default: a temporary directory)")
     args = parser.parse_args()
     os.environ["OPTGYM_LTO_POLICY"] = args.policy
+    os.environ["OPTGYM_LTO_EVICT_POLICY"] = args.evict_policy
+    os.environ["OPTGYM_LTO_PRIORITY_POLICY"] = args.priority_policy
     os.environ["OPTGYM_LTO_PLAN"] = args.plan
     os.environ["OPTGYM_VERBOSE"] = "1"
     out = args.output or Path(tempfile.mkdtemp(prefix="bench-thinlto-"))
     walls, cpus = [], []
     print(f"{args.source.name}: -Oz -flto=thin -fuse-ld=lld -j {args.jobs}, "
-          f"optgym's ThinLTO plan {args.plan}, policy {args.policy}")  # fmt: skip
+          f"optgym's ThinLTO plan {args.plan}, policies: inlining {args.policy}, eviction {args.evict_policy}, "
+          f"priority {args.priority_policy}")  # fmt: skip
     for round_ in range(args.rounds):
         report = compare_build(CompareOptions(args.source, out / f"round{round_}", lto="thin", jobs=args.jobs))
         if report["problems"]:

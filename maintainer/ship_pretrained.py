@@ -20,6 +20,11 @@
    the held-out ones, the command that reproduces the run, the compiler, the figures on the training
    side and on the held-out packages.
 
+``--thinlto`` ships a register-allocation scorer as the policy of ThinLTO links' backends instead
+(``<problem>-thinlto.onnx``, served by ``optgym_cc.thinlto``; ``CORPUS`` is then a ThinLTO corpus, ``optgym
+corpus debian --thinlto``): its held-out figures alone, and together with the other ThinLTO scorer if one
+ships; the per-object policies are left as they are.
+
 ``--unseen`` ships nothing: it measures every shipped policy together on each corpus of packages outside
 the training list (as ``--fresh`` does) and writes the figures into every shipped provenance, under
 ``unseen_packages_with_shipped_policies`` (one entry per corpus, replacing an entry of the same name) —
@@ -33,6 +38,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -40,6 +46,7 @@ from pathlib import Path
 from optgym.corpus import Corpus
 from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
+from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
@@ -87,6 +94,16 @@ def ship_scorer(run: Path, destination: Path) -> dict:
         return export_policy(scorer.save(Path(tmp) / "policy"), destination, provenance=provenance)
 
 
+def ship_export(export: Path, destination: Path) -> dict:
+    """A policy already exported (a ``.onnx`` file: one shipped for another use, say) shipped byte for byte,
+    deciding the languages it decides there; the metadata it carries, with its run's provenance."""
+    policy = load_embedded(export)
+    if policy is None:
+        sys.exit(f"{export} embeds no optgym policy")
+    shutil.copyfile(export, destination)
+    return policy.metadata
+
+
 def sample(corpus: Corpus, count: int) -> list[str]:
     """Every ``len/count``-th module of ``corpus`` by name: a fixed sample, the same on every run."""
     names = sorted(m.name for m in corpus)
@@ -96,7 +113,8 @@ def sample(corpus: Corpus, count: int) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", type=Path, nargs="?", help="the trained run (or policy directory) to ship")
+    parser.add_argument("run", type=Path, nargs="?",
+                        help="the trained run (or policy directory) to ship, or an exported .onnx to ship as it is")
     parser.add_argument("--corpus", type=Path, help="the corpus whose test side is held out")
     parser.add_argument("--problem", default="inline-size", choices=tuple(PRETRAINED_NAMES))
     parser.add_argument("--train-sample", type=int, default=0,
@@ -104,8 +122,15 @@ def main() -> int:
     parser.add_argument("--fresh", type=Path, help="a corpus of packages outside the training list to measure on")
     unseen_help = "ship nothing: add the shipped policies' figures on this corpus to their provenances"
     parser.add_argument("--unseen", type=Path, action="append", default=[], help=unseen_help)
+    parser.add_argument(
+        "--thinlto",
+        action="store_true",
+        help="ship a scorer as the policy of ThinLTO links' backends (<problem>-thinlto.onnx)",
+    )
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
+    if args.thinlto and args.problem == "inline-size":
+        parser.error("--thinlto ships a register-allocation scorer (--problem regalloc-evict|regalloc-priority)")
     if args.unseen:
         if args.run is not None:
             parser.error("--unseen ships nothing: give no RUN")
@@ -113,8 +138,9 @@ def main() -> int:
     if args.run is None or args.corpus is None:
         parser.error("RUN and --corpus are required to ship (or --unseen CORPUS to add figures)")
 
-    shipped = pretrained_path(args.problem)
-    ship = export_policy if args.problem == "inline-size" else ship_scorer
+    shipped = thinlto_path(args.problem) if args.thinlto else pretrained_path(args.problem)
+    trained = export_policy if args.problem == "inline-size" else ship_scorer
+    ship = ship_export if args.run.suffix == ".onnx" else trained
     metadata = ship(args.run, shipped)
     digest = hashlib.sha256(shipped.read_bytes()).hexdigest()
     print(f"shipped {args.run} → {shipped}")
@@ -123,17 +149,24 @@ def main() -> int:
     if not split:
         sys.exit(f"{args.corpus} has no stored split: the held-out packages are its test side")
     heldout_corpus = Corpus(args.corpus, split="test")
-    rows = evaluate("pretrained", heldout_corpus, problem=args.problem, workers=args.workers, progress=True)
+    spec = str(shipped) if args.thinlto else "pretrained"
+    rows = evaluate(spec, heldout_corpus, problem=args.problem, workers=args.workers, progress=True)
     heldout = by_language(rows, heldout_corpus)
     figures = {"training": training_figures(args.run, metadata), "heldout": heldout}
     if args.train_sample:
         train_corpus = Corpus(args.corpus, split="train")
-        train_rows = evaluate("pretrained", train_corpus, problem=args.problem, workers=args.workers,
+        train_rows = evaluate(spec, train_corpus, problem=args.problem, workers=args.workers,
                               modules=sample(train_corpus, args.train_sample), progress=True)  # fmt: skip
         figures["training_sample"] = by_language(train_rows, train_corpus)
+    if args.thinlto:  # what a ThinLTO link's backends run by default: every ThinLTO scorer shipped
+        other = [p for p in shipped_scorers() if p != args.problem and thinlto_path(p).is_file()]
+        if other:
+            together = evaluate(spec, heldout_corpus, problem=args.problem, workers=args.workers, progress=True,
+                                companions=[(p, str(thinlto_path(p))) for p in other])  # fmt: skip
+            figures["heldout_with_thinlto_policies"] = {"with": other, **by_language(together, heldout_corpus)}
     # what optgym-cc runs by default: every shipped policy of the compile
     beside = shipped_scorers()
-    if args.problem != "inline-size":
+    if args.problem != "inline-size" and not args.thinlto:
         together = evaluate("pretrained", heldout_corpus, workers=args.workers, progress=True,
                             companions=[(p, "pretrained") for p in beside])  # fmt: skip
         figures["heldout_with_shipped_policies"] = {"with": ["inline-size", *beside],
@@ -157,10 +190,11 @@ def main() -> int:
         "heldout_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p in test_groups},
         "figures": figures,
     }  # fmt: skip
-    atomic_write_bytes(pretrained_provenance(args.problem), json.dumps(provenance, indent=2).encode())
+    provenance_path = shipped.with_suffix(".provenance.json")
+    atomic_write_bytes(provenance_path, json.dumps(provenance, indent=2).encode())
     for label, table in figures.items():
         print_figures(label, table)
-    print(f"provenance → {pretrained_provenance(args.problem)}")
+    print(f"provenance → {provenance_path}")
     return 0
 
 
@@ -179,6 +213,11 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
         atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
         print(f"provenance → {path}")
     return 0
+
+
+def thinlto_path(problem: str) -> Path:
+    """Where the policy of ThinLTO links' backends for ``problem`` ships (``optgym_cc.thinlto.LTO_CHANNELS``)."""
+    return pretrained_path(problem).with_name(f"{problem}-thinlto.onnx")
 
 
 def shipped_scorers() -> list[str]:

@@ -218,3 +218,28 @@ def test_train_es_refuses_a_companion_it_cannot_load_and_leaves_no_run(pressure_
     assert missing.exit_code != 0 and not (tmp_path / "a").exists()
     malformed = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "b"), "--with", "regalloc-evict"])
     assert malformed.exit_code != 0 and "PROBLEM=POLICY" in malformed.output and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("language", "decides"), [(None, None), ("C", ["C"])])
+def test_train_es_continues_the_shipped_scorer(pressure_corpus, tmp_path, language, decides):
+    """``--warmstart pretrained``: ES starts from the scorer shipped in the package (its embedded training policy,
+    kept as RUN/start), not from the start rule, and the result decides the languages it was trained on."""
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+    from optgym.policies import pretrained_path
+    from optgym.policies.embedded import load_embedded
+
+    run = tmp_path / "run"
+    args = ["train", "es", "--problem", "regalloc-priority", "--corpus", str(pressure_corpus.root), "--warmstart",
+            "pretrained", "--iterations", "1", "--directions", "1", "-j", "1", "--no-final-eval", "-o", str(run),
+            *(["--language", language] if language else [])]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    shipped = load_embedded(pretrained_path("regalloc-priority"))
+    assert shipped is not None and shipped.languages == ["C"]
+    started = CandidateScorer.load(run / "snapshots" / "00000000" / "policy")
+    np.testing.assert_array_equal(started.parameters(), shipped.parameters())
+    assert not np.array_equal(started.parameters(), START.parameters())
+    assert started.languages == decides
+    assert CandidateScorer.load(run / "start").languages == ["C"]  # what it started from, as shipped

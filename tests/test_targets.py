@@ -375,6 +375,20 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
     (tmp_path / "inline-size-thinlto.onnx").write_bytes(b"x86-64 thinlto")
     assert thinlto.lto_policy(["--target=x86_64-linux-gnu"]) == str(tmp_path / "inline-size-thinlto.onnx")
     assert thinlto.lto_policy(["--target=aarch64-linux-gnu", "-flto=thin"]) == "heuristic"
+    # the allocator's ThinLTO policies the same way: served where shipped, each channel left closed where not
+    for variable in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"):
+        monkeypatch.delenv(variable, raising=False)
+    (tmp_path / "regalloc-evict-thinlto.onnx").write_bytes(b"x86-64 thinlto eviction")
+    assert thinlto.lto_policies(["--target=x86_64-linux-gnu"]) == [
+        ("inline-size", str(tmp_path / "inline-size-thinlto.onnx")),
+        ("regalloc-evict", str(tmp_path / "regalloc-evict-thinlto.onnx")),
+    ]
+    assert thinlto.lto_policies(["--target=aarch64-linux-gnu"]) == []
+    monkeypatch.setenv("OPTGYM_LTO_POLICY", "heuristic")
+    monkeypatch.setenv("OPTGYM_LTO_PRIORITY_POLICY", "never")
+    assert thinlto.lto_policies(["--target=aarch64-linux-gnu"]) == [("regalloc-priority", "never")]
+    monkeypatch.delenv("OPTGYM_LTO_POLICY")
+    monkeypatch.delenv("OPTGYM_LTO_PRIORITY_POLICY")
     # and the link's ThinLTO plan: x86-64's is not another target's
     monkeypatch.delenv("OPTGYM_LTO_PLAN", raising=False)
     plan = {"format": thinlto.PLAN_FORMAT, "link_flags": ["--icf=safe"], "llvm_options": []}

@@ -16,7 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+import optgym_cc
 from optgym.toolchain import object_sizes
+from optgym_cc import thinlto
 from optgym_cc.thinlto import PLAN_FORMAT
 
 BIN = Path(sys.executable).parent
@@ -59,6 +61,9 @@ def short_lived_servers(monkeypatch):
     monkeypatch.setenv("OPTGYM_SERVER_IDLE", "5")
     for name in ("OPTGYM_STRICT", "OPTGYM_VERBOSE", "OPTGYM_LTO_POLICY"):
         monkeypatch.delenv(name, raising=False)
+    # the inliner's tests; the allocator's name their policies
+    for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"):
+        monkeypatch.setenv(name, "heuristic")
     monkeypatch.setenv("OPTGYM_LTO_PLAN", "none")  # the policy's tests; the plan's set their own
     yield
     for proc in _servers():
@@ -159,7 +164,41 @@ def _cmd(proc: psutil.Process) -> list[str]:
         return []
 
 
-def test_a_server_killed_mid_link_costs_the_link_nothing(program):
+def _scorers() -> dict[str, str]:
+    """The allocator's ThinLTO policies shipped for x86-64, named by path (the fixture turns the defaults off)."""
+    return {
+        variable: str(Path(optgym_cc.PRETRAINED_DIR) / shipped) for _, variable, shipped in thinlto.LTO_CHANNELS[1:]
+    }
+
+
+def test_the_allocators_policies_serve_every_backend_and_the_program_runs(program):
+    """Eviction and priority scorers serve every backend (clang keeps its inlining: no inline channel), the
+    program runs as clang's does, and it is not clang's program: the scorers decided."""
+    linked = _link(program, "scored", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1", **_scorers())
+    assert linked.returncode == 0, linked.stderr
+    served = [line for line in linked.stderr.splitlines() if "ThinLTO:" in line]
+    assert served and f"{UNITS + 1} of {UNITS + 1} backends served by regalloc-evict=" in served[0], linked.stderr
+    assert "regalloc-priority=" in served[0] and "inline-size" not in served[0]
+    assert int(served[0].split(",")[-1].split()[0]) > 0
+    assert _run(program / "scored") == _run(program / "plain")
+    assert (program / "scored").read_bytes() != (program / "plain").read_bytes()
+
+
+def test_a_default_link_serves_the_shipped_thinlto_scorers_beside_the_plan(program, monkeypatch):
+    """No OPTGYM_LTO_* set: the plan and the allocator's ThinLTO scorers shipped for x86-64 both apply, and the
+    backends' inlining stays clang's (no inline channel)."""
+    for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY", "OPTGYM_LTO_PLAN"):
+        monkeypatch.delenv(name)
+    linked = _link(program, "default", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
+    assert linked.returncode == 0, linked.stderr
+    served = next(line for line in linked.stderr.splitlines() if "ThinLTO:" in line)
+    assert f"{UNITS + 1} of {UNITS + 1} backends served" in served and "inline-size" not in served
+    assert all(name in served for name in _scorers().values()), served
+    assert _run(program / "default") == _run(program / "plain")
+
+
+@pytest.mark.parametrize("served", ["inlining", "allocation"])
+def test_a_server_killed_mid_link_costs_the_link_nothing(program, served):
     """SIGKILL to the policy server while a backend is being served: the link still succeeds (the backends that
     were not served run as clang's own), says so in one warning line, and the program runs."""
     killed = threading.Event()
@@ -176,7 +215,8 @@ def test_a_server_killed_mid_link_costs_the_link_nothing(program):
 
     killer = threading.Thread(target=kill_at_first_backend)
     killer.start()
-    linked = _link(program, "killed", "-Wl,--thinlto-jobs=1", OPTGYM_LTO_POLICY="random:1")
+    policies = {"OPTGYM_LTO_POLICY": "random:1"} if served == "inlining" else _scorers()
+    linked = _link(program, "killed", "-Wl,--thinlto-jobs=1", **policies)
     killer.join()
     assert killed.is_set()
     assert linked.returncode == 0, linked.stderr

@@ -17,9 +17,12 @@ of them; ``OPTGYM_STRICT=1`` fails the link instead.
 The launcher's part (:func:`link_plan`): a link step (no ``-c``) with ``-flto=thin`` that links with lld gets the
 distributor flags; with ``-flto``/``-flto=full`` (clang-22's full-LTO pipeline builds its inliner without the ML
 advisor, so nothing could be served) or without lld (only lld distributes backends) it is clang's own link, with
-one note saying why. The policy is ``OPTGYM_LTO_POLICY`` (default ``pretrained``: the ThinLTO policy shipped in
-the package, else ``heuristic``, which leaves the backends' inlining to clang): the non-LTO policy is not used
-here, as its per-object decisions do not carry over to backends that see the whole program's imports.
+one note saying why. A backend serves up to three decisions, each with its own policy and channel
+(:data:`LTO_CHANNELS`): inlining (``OPTGYM_LTO_POLICY``), and the register allocator's eviction and priority
+(``OPTGYM_LTO_EVICT_POLICY``, ``OPTGYM_LTO_PRIORITY_POLICY``). Each defaults to ``pretrained``: the ThinLTO policy
+shipped in the package for the link's target (``inline-size-thinlto.onnx``, ``regalloc-evict-thinlto.onnx``…),
+else ``heuristic``, clang's own decision, whose channel is then not opened at all. The non-LTO policies are not
+used here: they were chosen on per-object sizes, and a backend sees the whole program's imports.
 
 Beside the policy, a ThinLTO link takes its target's *plan* (``thinlto.json``, :func:`lto_plan`): lld options
 (``link_flags``, e.g. ``--icf=safe``) and LLVM options for the thin link and every backend (``llvm_options``, e.g.
@@ -39,8 +42,15 @@ import sys
 
 import optgym_cc as cc
 
+#: The decisions a ThinLTO backend can serve: (problem, the environment variable naming its policy, the file
+#: shipped for it beside a target's other policies). The order is the launcher's (:data:`optgym_cc.CHANNELS`).
+LTO_CHANNELS = (
+    ("inline-size", "OPTGYM_LTO_POLICY", "inline-size-thinlto.onnx"),
+    ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx"),
+    ("regalloc-priority", "OPTGYM_LTO_PRIORITY_POLICY", "regalloc-priority-thinlto.onnx"),
+)
 #: The ThinLTO inline policy shipped in the package (``OPTGYM_LTO_POLICY=pretrained``).
-PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, "inline-size-thinlto.onnx")
+PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, LTO_CHANNELS[0][2])
 #: The backends run clang's -O2 pipeline over the -Oz compile's ``minsize`` functions; at -O2 the ML advisor
 #: stops inlining once a module's size doubles unless told otherwise, and clang's own backends never stop.
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
@@ -58,14 +68,30 @@ NOT_ELF = ("apple", "darwin", "macos", "ios", "windows", "mingw", "msvc", "cygwi
 CAPTURE = "OPTGYM_THINLTO_CAPTURE"
 
 
-def lto_policy(args: list[str] | None = None) -> str:
-    """``OPTGYM_LTO_POLICY`` as a spec the server loads: ``pretrained`` becomes the path of the file shipped for
-    the link's target (:func:`optgym_cc.shipped_policy`; ``args``: the link's command line, else this machine's
-    target), or ``heuristic`` where that target has none — a link for another target never gets x86-64's."""
-    spec = os.environ.get("OPTGYM_LTO_POLICY") or "pretrained"
+def lto_policy(args: list[str] | None = None, channel: tuple[str, str, str] = LTO_CHANNELS[0]) -> str:
+    """The policy of one of :data:`LTO_CHANNELS` (default inlining) as a spec the server loads: its variable, and
+    ``pretrained`` becomes the path of the file shipped for the link's target (:func:`optgym_cc.shipped_policy`;
+    ``args``: the link's command line, else this machine's target), or ``heuristic`` where that target has none —
+    a link for another target never gets x86-64's."""
+    _, variable, shipped = channel
+    spec = os.environ.get(variable) or "pretrained"
     if spec != "pretrained":
         return spec
-    return cc.shipped_policy(os.path.basename(PRETRAINED_LTO), cc.compile_target(args or [])) or "heuristic"
+    return cc.shipped_policy(shipped, cc.compile_target(args or [])) or "heuristic"
+
+
+def lto_policies(args: list[str] | None = None) -> list[tuple[str, str]]:
+    """``(problem, spec)`` of every decision a link's backends serve: those whose policy is not ``heuristic``.
+    Empty: the backends are clang's own."""
+    served = [(channel[0], lto_policy(args, channel)) for channel in LTO_CHANNELS]
+    return [(problem, spec) for problem, spec in served if spec != "heuristic"]
+
+
+def describe(policies: list[tuple[str, str]]) -> str:
+    """How a link's policies read in its notes and warnings: ``never`` alone, else ``problem=spec, …``."""
+    if len(policies) == 1 and policies[0][0] == LTO_CHANNELS[0][0]:
+        return policies[0][1]
+    return ", ".join(f"{problem}={spec}" for problem, spec in policies) or "heuristic"
 
 
 def lto_plan(args: list[str]) -> dict:
@@ -134,7 +160,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     ``None``. A plan that cannot be used is a note and clang's own link, or with ``OPTGYM_STRICT=1`` the error."""
     mode = cc.lto(args)
     capturing = bool(os.environ.get(CAPTURE))
-    policy = lto_policy(args)
+    policies = lto_policies(args)
     if mode is None or not is_link(args):
         return args, None
     try:
@@ -143,7 +169,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
         if os.environ.get("OPTGYM_STRICT") == "1":
             raise
         return args, f"ThinLTO plan: {e}; linked as clang does"
-    if policy == "heuristic" and not plan and not capturing:
+    if not policies and not plan and not capturing:
         return args, None
     if mode != "-flto=thin":
         return args, f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
@@ -153,9 +179,10 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
         return args, "a relocatable link (-r) makes no program yet; linked as clang does"
     options = plan.get("llvm_options", [])
     ahead = [*(f"-Wl,{flag}" for flag in plan.get("link_flags", [])), *(f"-Wl,-mllvm={o}" for o in options)]
-    if policy == "heuristic" and not capturing:  # clang's own backends, in lld: they get the options from it
+    if not policies and not capturing:  # clang's own backends, in lld: they get the options from it
         return [*ahead, *args], None
-    distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)), "--policy", policy,
+    distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)),
+                   *(f"--policy={problem}={spec}" for problem, spec in policies),
                    *(f"--llvm-option={option}" for option in options)]  # fmt: skip
     return [
         *ahead,
@@ -252,21 +279,34 @@ def capture(spec: dict, root: str, llvm_options: tuple[str, ...] = ()) -> str:
     return workdir
 
 
-def _backend(argv: list[str], policies: list[tuple[str, str]]) -> tuple[int, str | None, int]:
-    """One backend: served by the policy server, else clang's own. (exit status, warning or ``None``, decisions)."""
+class Backend:
+    """What became of one backend: clang's exit status, a warning when its serving failed, whether a policy
+    decided it (a backend of a language no policy decides is clang's own, and no failure), and its decisions.
+    A plain class: ``typing.NamedTuple`` would cost the launcher ~20 ms of imports."""
+
+    __slots__ = ("decisions", "served", "status", "warning")
+
+    def __init__(self, status: int, warning: str | None = None, served: bool = False, decisions: int = 0) -> None:
+        self.status, self.warning, self.served, self.decisions = status, warning, served, decisions
+
+
+def _backend(argv: list[str], policies: list[tuple[str, str]]) -> Backend:
+    """One backend: served by the policy server, else clang's own."""
     import subprocess
 
-    if policies[0][1] == "heuristic":  # clang's own decisions (a corpus capture): no server
-        return subprocess.run(argv).returncode, None, 0
+    if not policies:  # clang's own decisions (a corpus capture): no server
+        return Backend(subprocess.run(argv).returncode)
     try:
         reply = cc.serve_request(argv[0], argv[1:], policies, thinlto=True)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if not reply.get("fallback") and not reply.get("warning"):
-        return int(reply["returncode"]), None, int(reply.get("decisions", 0))
+        return Backend(int(reply["returncode"]), None, True, int(reply.get("decisions", 0)))
+    if reply.get("fallback") and not reply.get("warning"):  # no policy decides this backend's language: clang's
+        return Backend(subprocess.run(argv).returncode)
     if os.environ.get("OPTGYM_STRICT") == "1" or not reply.get("fallback"):
-        return (1 if reply.get("fallback") else int(reply["returncode"])), reply.get("warning"), 0
-    return subprocess.run(argv).returncode, reply.get("warning") or "the backend fell back", 0
+        return Backend(1 if reply.get("fallback") else int(reply["returncode"]), reply.get("warning"))
+    return Backend(subprocess.run(argv).returncode, reply.get("warning") or "the backend fell back")
 
 
 def remove_partial_outputs(spec: dict) -> None:
@@ -282,9 +322,10 @@ def remove_partial_outputs(spec: dict) -> None:
                 os.remove(partial)
 
 
-def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] = ()) -> int:
-    """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time, each with ``llvm_options`` (the
-    ThinLTO plan's, which lld keeps to itself); the link's exit status."""
+def distribute(plan: str, jobs: int, policies: list[tuple[str, str]], llvm_options: tuple[str, ...] = ()) -> int:
+    """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time, each served by ``policies``
+    (``(problem, spec)``; none: clang's own) and with ``llvm_options`` (the ThinLTO plan's, which lld keeps to
+    itself); the link's exit status."""
     from concurrent.futures import ThreadPoolExecutor
 
     with open(plan, encoding="utf-8") as f:
@@ -293,12 +334,12 @@ def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] 
     common = spec["common"]["args"]
     options = [arg for option in llvm_options for arg in ("-mllvm", option)]
     commands = [[*common, *BACKEND_FLAGS, *options, *job["args"]] for job in spec["jobs"]]
-    policies = [("inline-size", policy)]
+    policy = describe(policies)
     with ThreadPoolExecutor(max(1, min(jobs, len(commands) or 1))) as pool:
         results = list(pool.map(lambda argv: _backend(argv, policies), commands))
     if captured is not None:  # what the link got from each backend, beside its module: what a corpus replays
         keep_outputs(spec, captured)
-    failed = [w for _, w, _ in results if w]
+    failed = [r.warning for r in results if r.warning]
     if failed:
         remove_partial_outputs(spec)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
@@ -308,24 +349,25 @@ def distribute(plan: str, jobs: int, policy: str, llvm_options: tuple[str, ...] 
         sys.stderr.write(f"optgym-cc: {kind}: ThinLTO policy {policy}: {len(failed)} of {len(commands)} backends "
                          f"were not served: {failed[0]}; {what}\n")  # fmt: skip
     if os.environ.get("OPTGYM_VERBOSE") == "1":
-        served = len(commands) - len(failed)
+        served = sum(r.served for r in results)
         sys.stderr.write(f"optgym-cc: ThinLTO: {served} of {len(commands)} backends served by {policy}, "
-                         f"{sum(d for _, _, d in results)} inlining decisions\n")  # fmt: skip
-    return next((status for status, _, _ in results if status != 0), 0)
+                         f"{sum(r.decisions for r in results)} decisions\n")  # fmt: skip
+    return next((r.status for r in results if r.status != 0), 0)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m optgym_cc.thinlto --jobs N --policy SPEC [--llvm-option=OPT…] PLAN.json``: lld's distributor."""
+    """``python -m optgym_cc.thinlto --jobs N [--policy=PROBLEM=SPEC…] [--llvm-option=OPT…] PLAN.json``: lld's
+    distributor."""
     args = sys.argv[1:] if argv is None else argv
     try:
         jobs = int(args[args.index("--jobs") + 1])
-        policy = args[args.index("--policy") + 1]
         plan = args[-1]
     except (ValueError, IndexError):
         sys.stderr.write(f"optgym-cc: the ThinLTO distributor was called with {args}\n")
         sys.exit(2)
+    policies = [tuple(arg.split("=", 2)[1:]) for arg in args if arg.startswith("--policy=")]
     options = tuple(arg.split("=", 1)[1] for arg in args if arg.startswith("--llvm-option="))
-    sys.exit(distribute(plan, jobs, policy, options))
+    sys.exit(distribute(plan, jobs, policies, options))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -326,7 +326,8 @@ def run_build(
                        str(toolchain.clang.parent)}  # fmt: skip
         # clang's own decisions everywhere: the compile steps pass straight through, the links run clang's backends
         capture_env |= dict.fromkeys(("OPTGYM_POLICY", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY",
-                                      "OPTGYM_LTO_POLICY"), "heuristic")  # fmt: skip
+                                      "OPTGYM_LTO_POLICY", "OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"),
+                                     "heuristic")  # fmt: skip
     link: Sequence[str] = ()
     if target is not None:
         tail, link = (*target.compile_flags, *tail), target.link_flags

@@ -653,7 +653,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         identical = [r["path"] for r in report["outputs"] if r.get("identical")]
         if identical:
             why = (" (Under --lto, optgym-cc passes the -flto compile steps through unless OPTGYM_SERVE_LTO=1; a "
-                   "ThinLTO link's backends are OPTGYM_LTO_POLICY's.)") if opts["lto"] else ""  # fmt: skip
+                   "ThinLTO link's backends are served by OPTGYM_LTO_POLICY, OPTGYM_LTO_EVICT_POLICY and "
+                   "OPTGYM_LTO_PRIORITY_POLICY.)") if opts["lto"] else ""  # fmt: skip
             paired = report["totals"]["paired"]
             lines += [f"{len(identical)} of {paired} outputs are byte-identical in both builds: "
                       f"{', '.join(identical)}.{why}", ""]  # fmt: skip

@@ -213,4 +213,24 @@ def load_embedded(path: Path | str) -> ExportedPolicy | ExportedScorer | None:
     return policy
 
 
-__all__ = ["ExportedPolicy", "ExportedScorer", "WireError", "embed_properties", "load_embedded", "read_model_fields"]
+def unpack_policy(path: Path | str, directory: Path | str) -> Path:
+    """Write the policy directory an exported file embeds into ``directory`` (made if missing), once
+    :func:`load_embedded` has verified it: the training policy a run can start from again (``train es --warmstart
+    FILE.onnx``). Raises :class:`ExportError` for a file that embeds none."""
+    if load_embedded(path) is None:
+        raise ExportError(f"{path} embeds no optgym policy (an older export): it cannot be trained further")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    _unpack(Path(path), read_model_fields(read_policy_bytes(Path(path)))[1], directory)
+    return directory
+
+
+__all__ = [
+    "ExportedPolicy",
+    "ExportedScorer",
+    "WireError",
+    "embed_properties",
+    "load_embedded",
+    "read_model_fields",
+    "unpack_policy",
+]

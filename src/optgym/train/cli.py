@@ -29,7 +29,10 @@ TrainSplit = Annotated[str | None, typer.Option(help="train on this side of the 
 TestPercent = Annotated[
     float | None, typer.Option(help="make a split (this % of packages to test) if the corpus has none")
 ]
-Warmstart = Annotated[Path | None, typer.Option(help="BC directory (or any policy dir) to start from")]
+Warmstart = Annotated[
+    Path | None,
+    typer.Option(help="BC directory or any policy dir to start from (ES also: an exported .onnx, or pretrained)"),
+]
 WarmVocab = Annotated[Path | None, typer.Option(help="vocab JSON (default: the warm start's)")]
 Extras = Annotated[
     str,

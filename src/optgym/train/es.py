@@ -53,8 +53,10 @@ from optgym.errors import CorpusError
 from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
-from optgym.policies import PolicyFactory
+from optgym.policies import PolicyFactory, pretrained_path
 from optgym.policies.allowance import HEURISTIC_WEIGHT, allowance_policy, describe, trainable
+from optgym.policies.embedded import unpack_policy
+from optgym.policies.exported import ExportError
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
 from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of, snapshot_dirs
@@ -328,7 +330,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         say(f"resuming {run} from snapshot {last.name}")
     else:
         if cfg.warmstart:
-            found = policy_dir_of(Path(cfg.warmstart))
+            found = warm_start_dir(cfg.warmstart, cfg.problem, run)
             if found is None:
                 raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
             policy = load_policy_dir(found)
@@ -345,8 +347,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         theta = policy.parameters()
         adam = Adam(theta.size, cfg.learning_rate)
         iteration = 0
-    if cfg.language and policy.languages is None:
-        policy.languages = [cfg.language]  # it decides what it was trained on; the other language keeps clang's
+    if not resume:  # it decides what it was trained on (a C-only warm start trained on both decides both)
+        policy.languages = [cfg.language] if cfg.language else None
 
     # what ES perturbs: every parameter, or an allowance's gates and bias
     mask = trainable(policy) if cfg.allowance else np.ones(theta.size)  # type: ignore[arg-type]
@@ -444,6 +446,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             save(iteration, theta)
     if validation:  # every snapshot validated (one a kill left unvalidated, too): the best one is final
         validated = {snap: validate_snapshot(snap, cfg, split_side, validation) for snap in snapshot_dirs(run)}
+
         def rank(snap: Path) -> tuple[float, int]:  # a snapshot nothing compiled for ranks last; a tie: the earlier
             fitness = validated[snap]["fitness"]
             return (float("-inf") if fitness is None else fitness), -validated[snap]["iteration"]
@@ -468,6 +471,22 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
 #: The figures of one snapshot on the validation packages, in the snapshot (and, for all of them, in ``RUN/final``).
 VALIDATION_FILE = "validation.json"
+
+
+def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:
+    """The policy directory a run starts from: a run or policy directory as it is, or an exported file
+    (``pretrained``: the one shipped for ``problem``), whose embedded training policy is unpacked into
+    ``RUN/start`` — so a shipped policy can be trained further, on a corpus it never saw (ThinLTO backends,
+    another target), and the run keeps what it started from."""
+    if spec == "pretrained":
+        spec = str(pretrained_path(problem))
+    path = Path(spec)
+    if path.is_file():
+        try:
+            return unpack_policy(path, run / "start")
+        except ExportError as e:
+            raise RunError(f"--warmstart {spec}: {e}") from None
+    return policy_dir_of(path)
 
 
 def validation_modules(names: list[str], cfg: ESConfig, by: str = "package") -> list[str]:
