@@ -12,6 +12,9 @@ from optgym.evaluate.results_page import PORTFOLIO, PRETRAINED_DIR, THINLTO_PLAN
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
+#: The policies of ThinLTO links' backends: measured on held-out backends and on linked programs (thinlto.json).
+THINLTO = [p for p in PROVENANCES if p.name.endswith("-thinlto.provenance.json")]
+PER_OBJECT = [p for p in PROVENANCES if p not in THINLTO]
 
 
 def _table_rows(page: str) -> list[list[str]]:
@@ -35,7 +38,7 @@ def test_the_shipped_policies_have_provenance():
 
 def test_every_unseen_set_appears_with_its_figures():
     page = results_page()
-    for path in PROVENANCES:
+    for path in PER_OBJECT:
         provenance = json.loads(path.read_text())
         entries = provenance["figures"]["unseen_packages_with_shipped_policies"]
         assert entries, path.name
@@ -62,7 +65,7 @@ def test_c_sets_pool_only_with_sets_built_by_as_many_candidates():
     """A C total over builds of one and of two compiles per object is neither build's: one pooled C row per
     candidate count, each the byte-weighted total of exactly its sets; C++ (one compile an object) pools once."""
     page = results_page()
-    entries = json.loads(PROVENANCES[0].read_text())["figures"]["unseen_packages_with_shipped_policies"]
+    entries = json.loads(PER_OBJECT[0].read_text())["figures"]["unseen_packages_with_shipped_policies"]
     pooled = [r for r in _table_rows(page) if r[0].startswith("all ") and r[3] == "C"]
     counts = {e["candidates"] for e in entries if e["C"]["evaluated"]}
     assert sorted(r[2] for r in pooled) == sorted(str(n) for n in counts)
@@ -88,6 +91,21 @@ def test_held_out_figures_of_every_policy():
                 f"{figures['dottext_ratio']:.4f}",
             ]
         assert provenance["command"] in page
+
+
+def test_the_thinlto_scorers_and_their_held_out_backends():
+    """Each ThinLTO scorer's section: its held-out backends with the other ThinLTO scorer, as a link serves them."""
+    assert {p.name for p in THINLTO} == {"regalloc-evict-thinlto.provenance.json",
+                                         "regalloc-priority-thinlto.provenance.json"}  # fmt: skip
+    page = results_page()
+    for path in THINLTO:
+        provenance = json.loads(path.read_text())
+        section = page.split(f"### `{provenance['policy']}`", 1)[1].split("\n### ", 1)[0]
+        label = "held-out ThinLTO backends, with the other ThinLTO scorer"
+        for language in ("C", "C++"):
+            together = provenance["figures"]["heldout_with_thinlto_policies"][language]
+            row = next(r for r in _rows(section, label) if r[1] == language)
+            assert row[2:4] == [str(together["evaluated"]), f"{together['total_ratio']:.4f}"]
 
 
 def test_portfolio_prefixes_and_pooled_total():

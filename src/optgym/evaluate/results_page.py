@@ -142,6 +142,7 @@ def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
     sections = {
         "heldout": "held-out split, this policy alone",
         "heldout_with_shipped_policies": "held-out split, every shipped policy together",
+        "heldout_with_thinlto_policies": "held-out ThinLTO backends, with the other ThinLTO scorer",
         "training_sample": "training sample, this policy alone",
         "fresh_packages_with_shipped_policies": "fresh packages, every policy shipped then",
     }
@@ -269,7 +270,9 @@ def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
         f"## ThinLTO links (`{THINLTO_PLAN}`)",
         "",
         f"A ThinLTO link through `optgym-cc` takes the plan **{plan['name']}**: {', '.join(options)}, before the "
-        "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet). "
+        "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet); "
+        "their register allocation is decided by the ThinLTO scorers shipped beside it "
+        "(`regalloc-*-thinlto.onnx`, below) in the sets measured since they shipped. "
         "Chosen by `" + plan.get("chosen_by", "?") + "` on linked training packages "
         f"({', '.join(plan.get('packages', []))}): linked `.text` and Berkeley text of every linked output, "
         "optgym ÷ plain clang-22 ThinLTO:",
