@@ -36,9 +36,10 @@ options alone; ``3``: those, the shipped allocator scorers with them, and clang'
 alone), ``OPTGYM_TIMEOUT`` (seconds of compiler time a served compile may take, default 600),
 ``OPTGYM_PORTFOLIO`` (another portfolio file),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
-``OPTGYM_LTO_POLICY`` (the policy of a ThinLTO link's backends, :mod:`optgym_cc.thinlto`; default ``pretrained``,
-the shipped ThinLTO policy, or ``heuristic`` where none is shipped), ``OPTGYM_VERBOSE=1`` (a ThinLTO link says
-how many backends and decisions were served),
+``OPTGYM_LTO_POLICY``, ``OPTGYM_LTO_EVICT_POLICY``, ``OPTGYM_LTO_PRIORITY_POLICY`` (the policies of a ThinLTO
+link's backends, :mod:`optgym_cc.thinlto`; each defaults to ``pretrained``, the ThinLTO policy shipped for the link's
+target, or ``heuristic`` where none is shipped), ``OPTGYM_VERBOSE=1`` (a ThinLTO link says how many backends and
+decisions were served),
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """
 

@@ -1,4 +1,5 @@
-"""ThinLTO links through ``optgym-cc``: lld hands every backend to optgym, and the policy decides its inlining.
+"""ThinLTO links through ``optgym-cc``: lld hands every backend to optgym, and the policies decide its inlining and
+register allocation.
 
 Under ThinLTO the inlining that shapes the shipped program happens at the link, in one backend compile per
 module (after cross-module import), not in the ``-flto=thin`` compile steps, which only write bitcode. lld-22
