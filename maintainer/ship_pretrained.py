@@ -113,8 +113,12 @@ def sample(corpus: Corpus, count: int) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", type=Path, nargs="?",
-                        help="the trained run (or policy directory) to ship, or an exported .onnx to ship as it is")
+    parser.add_argument(
+        "run",
+        type=Path,
+        nargs="?",
+        help="the trained run (or policy directory) to ship, or an exported .onnx to ship as it is",
+    )
     parser.add_argument("--corpus", type=Path, help="the corpus whose test side is held out")
     parser.add_argument("--problem", default="inline-size", choices=tuple(PRETRAINED_NAMES))
     parser.add_argument("--train-sample", type=int, default=0,

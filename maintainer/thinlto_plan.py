@@ -93,7 +93,11 @@ def _summary(outdir: Path) -> dict:
     return {"ok": ok, "totals": report["totals"], "tests": tests}
 
 
-def record(plan_path: Path, name: str, reports: list[Path]) -> dict:
+#: The command an unseen set is recorded as built with, unless ``--command`` says otherwise.
+RECORDED_COMMAND = "optgym compare-build SRC --lto thin --test -j 2"
+
+
+def record(plan_path: Path, name: str, reports: list[Path], command: str = RECORDED_COMMAND) -> dict:
     """Add ``figures.unseen[name]`` to the plan file from ``optgym compare-build`` report directories."""
     rows = {}
     for directory in reports:
@@ -110,7 +114,7 @@ def record(plan_path: Path, name: str, reports: list[Path]) -> dict:
              for variant in ("plain", "optgym")}  # fmt: skip
     plan = json.loads(plan_path.read_text())
     plan.setdefault("figures", {}).setdefault("unseen", {})[name] = {
-        "command": "optgym compare-build SRC --lto thin --test -j 2",
+        "command": command,
         "packages": rows,
         "total": total,
     }
@@ -124,6 +128,11 @@ def main() -> None:
                         "--record the report directories of optgym compare-build")  # fmt: skip
     parser.add_argument("--record", metavar="SET", help="record the reports as the unseen set SET in --plan")
     parser.add_argument("--plan", type=Path, help="with --record: the plan file")
+    parser.add_argument(
+        "--command",
+        default=RECORDED_COMMAND,
+        help="with --record: the command the set was built with (its OPTGYM_* settings too)",
+    )
     parser.add_argument("-o", "--output", type=Path)
     parser.add_argument("--test", action="store_true", help="run each package's test suite in both builds")
     parser.add_argument("--only", action="append", choices=list(CANDIDATES), default=[])
@@ -133,7 +142,7 @@ def main() -> None:
     if args.record:
         if not args.plan:
             parser.error("--record needs --plan")
-        print(json.dumps(record(args.plan, args.record, args.sources)))
+        print(json.dumps(record(args.plan, args.record, args.sources, args.command)))
         return
     if not args.output:
         parser.error("choosing a plan needs -o/--output")

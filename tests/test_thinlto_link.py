@@ -61,7 +61,7 @@ def short_lived_servers(monkeypatch):
     monkeypatch.setenv("OPTGYM_SERVER_IDLE", "5")
     for name in ("OPTGYM_STRICT", "OPTGYM_VERBOSE", "OPTGYM_LTO_POLICY"):
         monkeypatch.delenv(name, raising=False)
-    # the inliner's tests; the allocator's name their policies
+    # the inliner's tests; the allocator's name their policies (and one its default)
     for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"):
         monkeypatch.setenv(name, "heuristic")
     monkeypatch.setenv("OPTGYM_LTO_PLAN", "none")  # the policy's tests; the plan's set their own
@@ -167,7 +167,7 @@ def _cmd(proc: psutil.Process) -> list[str]:
 def _scorers() -> dict[str, str]:
     """The allocator's ThinLTO policies shipped for x86-64, named by path (the fixture turns the defaults off)."""
     return {
-        variable: str(Path(optgym_cc.PRETRAINED_DIR) / shipped) for _, variable, shipped in thinlto.LTO_CHANNELS[1:]
+        variable: str(Path(optgym_cc.PRETRAINED_DIR) / shipped) for _, variable, shipped, _ in thinlto.LTO_CHANNELS[1:]
     }
 
 
@@ -184,17 +184,22 @@ def test_the_allocators_policies_serve_every_backend_and_the_program_runs(progra
     assert (program / "scored").read_bytes() != (program / "plain").read_bytes()
 
 
-def test_a_default_link_serves_the_shipped_thinlto_scorers_beside_the_plan(program, monkeypatch):
-    """No OPTGYM_LTO_* set: the plan and the allocator's ThinLTO scorers shipped for x86-64 both apply, and the
-    backends' inlining stays clang's (no inline channel)."""
+def test_the_shipped_thinlto_scorers_are_asked_for_by_name_not_served_by_default(program, monkeypatch):
+    """No OPTGYM_LTO_* set: the plan alone, no server (the scorers' channels cost the build). ``pretrained``: the
+    allocator's ThinLTO scorers shipped for x86-64 serve every backend beside the plan, inlining stays clang's."""
     for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY", "OPTGYM_LTO_PLAN"):
         monkeypatch.delenv(name)
-    linked = _link(program, "default", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
-    assert linked.returncode == 0, linked.stderr
-    served = next(line for line in linked.stderr.splitlines() if "ThinLTO:" in line)
+    default = _link(program, "default", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
+    assert default.returncode == 0, default.stderr
+    assert "ThinLTO:" not in default.stderr and _servers() == []
+    asked = _link(program, "asked", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1", OPTGYM_LTO_EVICT_POLICY="pretrained",
+                  OPTGYM_LTO_PRIORITY_POLICY="pretrained")  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    served = next(line for line in asked.stderr.splitlines() if "ThinLTO:" in line)
     assert f"{UNITS + 1} of {UNITS + 1} backends served" in served and "inline-size" not in served
     assert all(name in served for name in _scorers().values()), served
-    assert _run(program / "default") == _run(program / "plain")
+    assert _run(program / "asked") == _run(program / "plain")
+    assert (program / "asked").read_bytes() != (program / "default").read_bytes()
 
 
 @pytest.mark.parametrize("served", ["inlining", "allocation"])

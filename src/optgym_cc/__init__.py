@@ -37,8 +37,9 @@ alone), ``OPTGYM_TIMEOUT`` (seconds of compiler time a served compile may take, 
 ``OPTGYM_PORTFOLIO`` (another portfolio file),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
 ``OPTGYM_LTO_POLICY``, ``OPTGYM_LTO_EVICT_POLICY``, ``OPTGYM_LTO_PRIORITY_POLICY`` (the policies of a ThinLTO
-link's backends, :mod:`optgym_cc.thinlto`; each defaults to ``pretrained``, the ThinLTO policy shipped for the link's
-target, or ``heuristic`` where none is shipped), ``OPTGYM_VERBOSE=1`` (a ThinLTO link says how many backends and
+link's backends, :mod:`optgym_cc.thinlto`; ``pretrained`` is the ThinLTO policy shipped for the link's target, or
+``heuristic`` where none is shipped; inlining defaults to ``pretrained``, the allocator to ``heuristic``),
+``OPTGYM_VERBOSE=1`` (a ThinLTO link says how many backends and
 decisions were served),
 ``OPTGYM_LLVM_DIR``, ``OPTGYM_SERVER_IDLE`` (seconds, default 60).
 """

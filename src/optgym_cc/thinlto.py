@@ -20,9 +20,10 @@ distributor flags; with ``-flto``/``-flto=full`` (clang-22's full-LTO pipeline b
 advisor, so nothing could be served) or without lld (only lld distributes backends) it is clang's own link, with
 one note saying why. A backend serves up to three decisions, each with its own policy and channel
 (:data:`LTO_CHANNELS`): inlining (``OPTGYM_LTO_POLICY``), and the register allocator's eviction and priority
-(``OPTGYM_LTO_EVICT_POLICY``, ``OPTGYM_LTO_PRIORITY_POLICY``). Each defaults to ``pretrained``: the ThinLTO policy
-shipped in the package for the link's target (``inline-size-thinlto.onnx``, ``regalloc-evict-thinlto.onnx``…),
-else ``heuristic``, clang's own decision, whose channel is then not opened at all. The non-LTO policies are not
+(``OPTGYM_LTO_EVICT_POLICY``, ``OPTGYM_LTO_PRIORITY_POLICY``). ``pretrained`` is the ThinLTO policy shipped in the
+package for the link's target (``inline-size-thinlto.onnx``, ``regalloc-evict-thinlto.onnx``…), else ``heuristic``,
+clang's own decision, whose channel is then not opened at all. Inlining defaults to ``pretrained``, the allocator's
+two to ``heuristic``: their cost is the build's to accept (:data:`LTO_CHANNELS`). The non-LTO policies are not
 used here: they were chosen on per-object sizes, and a backend sees the whole program's imports.
 
 Beside the policy, a ThinLTO link takes its target's *plan* (``thinlto.json``, :func:`lto_plan`): lld options
@@ -44,11 +45,15 @@ import sys
 import optgym_cc as cc
 
 #: The decisions a ThinLTO backend can serve: (problem, the environment variable naming its policy, the file
-#: shipped for it beside a target's other policies). The order is the launcher's (:data:`optgym_cc.CHANNELS`).
+#: shipped for it beside a target's other policies, the policy when the variable is unset). The order is the
+#: launcher's (:data:`optgym_cc.CHANNELS`). The allocator's scorers are asked for, not the default: their channels
+#: cost every backend clang's feature computation at each decision, 1.23-2.17x plain ThinLTO's build time on 2
+#: cores (libwebp, whose many programs relink the library's backends, the most), for 1.4-2.2 % of a C program's
+#: linked .text (docs/experiments/2026-11-25-thinlto.md).
 LTO_CHANNELS = (
-    ("inline-size", "OPTGYM_LTO_POLICY", "inline-size-thinlto.onnx"),
-    ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx"),
-    ("regalloc-priority", "OPTGYM_LTO_PRIORITY_POLICY", "regalloc-priority-thinlto.onnx"),
+    ("inline-size", "OPTGYM_LTO_POLICY", "inline-size-thinlto.onnx", "pretrained"),
+    ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx", "heuristic"),
+    ("regalloc-priority", "OPTGYM_LTO_PRIORITY_POLICY", "regalloc-priority-thinlto.onnx", "heuristic"),
 )
 #: The ThinLTO inline policy shipped in the package (``OPTGYM_LTO_POLICY=pretrained``).
 PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, LTO_CHANNELS[0][2])
@@ -69,13 +74,13 @@ NOT_ELF = ("apple", "darwin", "macos", "ios", "windows", "mingw", "msvc", "cygwi
 CAPTURE = "OPTGYM_THINLTO_CAPTURE"
 
 
-def lto_policy(args: list[str] | None = None, channel: tuple[str, str, str] = LTO_CHANNELS[0]) -> str:
-    """The policy of one of :data:`LTO_CHANNELS` (default inlining) as a spec the server loads: its variable, and
-    ``pretrained`` becomes the path of the file shipped for the link's target (:func:`optgym_cc.shipped_policy`;
-    ``args``: the link's command line, else this machine's target), or ``heuristic`` where that target has none —
-    a link for another target never gets x86-64's."""
-    _, variable, shipped = channel
-    spec = os.environ.get(variable) or "pretrained"
+def lto_policy(args: list[str] | None = None, channel: tuple[str, str, str, str] = LTO_CHANNELS[0]) -> str:
+    """The policy of one of :data:`LTO_CHANNELS` (default inlining) as a spec the server loads: its variable (else
+    the channel's default), and ``pretrained`` becomes the path of the file shipped for the link's target
+    (:func:`optgym_cc.shipped_policy`; ``args``: the link's command line, else this machine's target), or
+    ``heuristic`` where that target has none — a link for another target never gets x86-64's."""
+    _, variable, shipped, default = channel
+    spec = os.environ.get(variable) or default
     if spec != "pretrained":
         return spec
     return cc.shipped_policy(shipped, cc.compile_target(args or [])) or "heuristic"

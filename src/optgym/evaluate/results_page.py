@@ -272,7 +272,8 @@ def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
         f"A ThinLTO link through `optgym-cc` takes the plan **{plan['name']}**: {', '.join(options)}, before the "
         "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet); "
         "their register allocation is decided by the ThinLTO scorers shipped beside it "
-        "(`regalloc-*-thinlto.onnx`, below) in the sets measured since they shipped. "
+        "(`regalloc-*-thinlto.onnx`, below; asked for with `OPTGYM_LTO_EVICT_POLICY=pretrained "
+        "OPTGYM_LTO_PRIORITY_POLICY=pretrained`) in the sets measured since they shipped. "
         "Chosen by `" + plan.get("chosen_by", "?") + "` on linked training packages "
         f"({', '.join(plan.get('packages', []))}): linked `.text` and Berkeley text of every linked output, "
         "optgym ÷ plain clang-22 ThinLTO:",
