@@ -53,6 +53,7 @@ from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
 from optgym.train.evaluation import GUARD_BELOW, evaluate
 from optgym.train.threshold import figures_by_language
+from optgym_cc.thinlto import LTO_CHANNELS
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
 UNSEEN = "unseen_packages_with_shipped_policies"
@@ -190,7 +191,8 @@ def main() -> int:
         "run_config": metadata["provenance"].get("config"),
         "corpus": {"path": str(args.corpus.resolve()), "distribution": description.get("provenance", {}).get(
             "distribution"), "split": {k: split[k] for k in ("by", "test_groups", "train_modules", "test_modules")}},
-        "training_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p not in test_groups},
+        "training_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p not in test_groups}
+        if (trained := training_packages(args.run, metadata, args.corpus)) is None else trained,
         "heldout_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p in test_groups},
         "figures": figures,
     }  # fmt: skip
@@ -219,9 +221,21 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
     return 0
 
 
+def training_packages(run: Path, metadata: dict, corpus: Path) -> dict | None:
+    """The packages a policy shipped as it is (an export) was trained on, when its run's corpus is not ``corpus``:
+    what the provenance beside the export records (``{}`` if none is there). ``None``: it trained on ``corpus``,
+    whose training side says."""
+    trained_on = (metadata["provenance"].get("config") or {}).get("corpus")
+    if run.suffix != ".onnx" or not trained_on or Path(trained_on).resolve() == corpus.resolve():
+        return None
+    recorded = run.with_suffix(".provenance.json")
+    return json.loads(recorded.read_text()).get("training_packages", {}) if recorded.is_file() else {}
+
+
 def thinlto_path(problem: str) -> Path:
-    """Where the policy of ThinLTO links' backends for ``problem`` ships (``optgym_cc.thinlto.LTO_CHANNELS``)."""
-    return pretrained_path(problem).with_name(f"{problem}-thinlto.onnx")
+    """Where the policy of ThinLTO links' backends for ``problem`` ships: the launcher's own table."""
+    shipped = {name: file for name, _, file, _ in LTO_CHANNELS}
+    return pretrained_path(problem).with_name(shipped[problem])
 
 
 def shipped_scorers() -> list[str]:

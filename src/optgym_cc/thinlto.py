@@ -55,8 +55,6 @@ LTO_CHANNELS = (
     ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx", "heuristic"),
     ("regalloc-priority", "OPTGYM_LTO_PRIORITY_POLICY", "regalloc-priority-thinlto.onnx", "heuristic"),
 )
-#: The ThinLTO inline policy shipped in the package (``OPTGYM_LTO_POLICY=pretrained``).
-PRETRAINED_LTO = os.path.join(cc.PRETRAINED_DIR, LTO_CHANNELS[0][2])
 #: The backends run clang's -O2 pipeline over the -Oz compile's ``minsize`` functions; at -O2 the ML advisor
 #: stops inlining once a module's size doubles unless told otherwise, and clang's own backends never stop.
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")

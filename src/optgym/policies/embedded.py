@@ -32,6 +32,7 @@ Files without ``optgym.policy`` (exports of older optgym versions) load as
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import tempfile
@@ -172,9 +173,10 @@ def _unpack(path: Path, props: dict[str, str], directory: Path) -> None:
         raise ExportError(f"{path} is damaged: its embedded policy cannot be read ({type(e).__name__})") from None
 
 
-def load_embedded(path: Path | str) -> ExportedPolicy | ExportedScorer | None:
+def load_embedded(path: Path | str, into: Path | None = None) -> ExportedPolicy | ExportedScorer | None:
     """The numpy policy embedded in an exported file, verified (see the module doc); ``None`` when the
-    file embeds none (an older export: run it with :class:`OnnxPolicy`)."""
+    file embeds none (an older export: run it with :class:`OnnxPolicy`). ``into``: keep the embedded policy
+    directory there (made if missing) instead of a temporary one."""
     path = Path(path)
     data = read_policy_bytes(path)
     try:
@@ -193,8 +195,9 @@ def load_embedded(path: Path | str) -> ExportedPolicy | ExportedScorer | None:
         raise ExportError(
             f"{path}: embedded policy of unknown kind {kind!r} (this optgym reads {', '.join(_EXPORTED)})"
         )
-    with tempfile.TemporaryDirectory(prefix="optgym-policy-") as tmp:
+    with contextlib.nullcontext(str(into)) if into else tempfile.TemporaryDirectory(prefix="optgym-policy-") as tmp:
         directory = Path(tmp)
+        directory.mkdir(parents=True, exist_ok=True)
         _unpack(path, props, directory)
         if file_identity(directory) != expected:
             raise ExportError(f"{path} is damaged: its embedded policy is not the one it was exported from")
@@ -214,15 +217,12 @@ def load_embedded(path: Path | str) -> ExportedPolicy | ExportedScorer | None:
 
 
 def unpack_policy(path: Path | str, directory: Path | str) -> Path:
-    """Write the policy directory an exported file embeds into ``directory`` (made if missing), once
-    :func:`load_embedded` has verified it: the training policy a run can start from again (``train es --warmstart
-    FILE.onnx``). Raises :class:`ExportError` for a file that embeds none."""
-    if load_embedded(path) is None:
+    """Write the policy directory an exported file embeds into ``directory`` (made if missing), verified by
+    :func:`load_embedded`: the training policy a run can start from again (``train es --warmstart FILE.onnx``).
+    Raises :class:`ExportError` for a file that embeds none."""
+    if load_embedded(path, into=Path(directory)) is None:
         raise ExportError(f"{path} embeds no optgym policy (an older export): it cannot be trained further")
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    _unpack(Path(path), read_model_fields(read_policy_bytes(Path(path)))[1], directory)
-    return directory
+    return Path(directory)
 
 
 __all__ = [
