@@ -4,10 +4,10 @@ Both builds of each round run in this one process, one after the other, from the
 same flags (``-Oz -flto=thin -fuse-ld=lld``, ``-j JOBS``): plain clang-22, then ``optgym-cc`` with the ThinLTO
 plan (``--plan``; default the shipped one: its link and LLVM options) and the ThinLTO policies of the backends
 (``--policy`` for inlining, ``--evict-policy`` and ``--priority-policy`` for the register allocator; each
-defaults to the shipped one, and leaves its decision to clang where none ships). The figure is the build step's wall
-and CPU time (the policy server's CPU included: ``optgym compare-build`` reaps it with the build), as a
-ratio optgym / plain, per round and the median over rounds. The bar for a
-drop-in compiler is a wall ratio of at most 1.15 on 2 cores.
+defaults to what ``optgym-cc`` does with its variable unset, and leaves its decision to clang where none ships).
+The figure is the build step's wall and CPU time (the policy server's CPU included: ``optgym compare-build`` reaps
+it with the build), as a ratio optgym / plain, per round and the median over rounds. The bar for a drop-in compiler
+is a wall ratio of at most 1.15 on 2 cores.
 
     .venv/bin/python bench/thinlto_build.py SRC [--plan FILE|none] [--policy SPEC] [--evict-policy SPEC]
         [--priority-policy SPEC] [--rounds 3] [--jobs 2] [-o DIR]
@@ -22,14 +22,18 @@ import tempfile
 from pathlib import Path
 
 from optgym.evaluate.build_compare import CompareOptions, compare_build
+from optgym_cc.thinlto import LTO_CHANNELS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="a CMake, Meson, autotools or Make source tree")
-    parser.add_argument("--policy", default="pretrained", help="OPTGYM_LTO_POLICY of the optgym build")
-    parser.add_argument("--evict-policy", default="pretrained", help="OPTGYM_LTO_EVICT_POLICY of that build")
-    parser.add_argument("--priority-policy", default="pretrained", help="OPTGYM_LTO_PRIORITY_POLICY of that build")
+    defaults = {variable: default for _, variable, _, default in LTO_CHANNELS}  # what optgym-cc does unset
+    parser.add_argument("--policy", default=defaults["OPTGYM_LTO_POLICY"], help="OPTGYM_LTO_POLICY of the optgym build")
+    parser.add_argument("--evict-policy", default=defaults["OPTGYM_LTO_EVICT_POLICY"],
+                        help="OPTGYM_LTO_EVICT_POLICY of that build")  # fmt: skip
+    parser.add_argument("--priority-policy", default=defaults["OPTGYM_LTO_PRIORITY_POLICY"],
+                        help="OPTGYM_LTO_PRIORITY_POLICY of that build")  # fmt: skip
     parser.add_argument("--plan", default="pretrained", help="OPTGYM_LTO_PLAN of the optgym build")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)

@@ -58,6 +58,22 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("-import-instr-limit=10", "-tail-merge-size=2"),
     ),
 }
+#: The twelfth session's candidates: the plan above (lto2's) plus the backend code-generation options the C
+#: portfolio compiles with per object (``portfolio-c.json``'s first candidate), one at a time and together. Each is
+#: a knob of a pass clang runs anyway, or turns off a pass (loop strength reduction, block placement): any setting
+#: gives a correct program.
+_PLAN2 = CANDIDATES["import up to 10 instructions, fold, drop, tail merge from 2 instructions, merge string tails"]
+for _name, _options in {
+    "no loop strength reduction": ("-disable-lsr",),
+    "no block placement": ("-disable-block-placement",),
+    "jump tables from 8 cases": ("-min-jump-table-entries=8",),
+    "no block placement, no loop strength reduction, jump tables from 8 cases": (
+        "-disable-block-placement",
+        "-disable-lsr",
+        "-min-jump-table-entries=8",
+    ),
+}.items():
+    CANDIDATES[f"the lto2 plan, {_name}"] = (_PLAN2[0], (*_PLAN2[1], *_options))
 
 
 def plan_file(name: str, link_flags: tuple[str, ...], llvm_options: tuple[str, ...]) -> dict:
@@ -171,7 +187,18 @@ def main() -> None:
             "packages": sorted(results[chosen]),
             "figures": {"linked_training_packages": summary[chosen], "candidates": summary},
         }
+        if args.write.is_file():
+            plan["figures"]["earlier"] = earlier_plans(json.loads(args.write.read_text()))
         args.write.write_text(json.dumps(plan, indent=1) + "\n")
+
+
+def earlier_plans(replaced: dict) -> list[dict]:
+    """What a plan being replaced was measured at on unseen sets, kept in its successor (``figures.earlier``):
+    those figures belong to the old options, not the new ones, and the results page shows them apart."""
+    figures = replaced.get("figures", {})
+    entry = {key: replaced.get(key) for key in ("name", "link_flags", "llvm_options")}
+    measured = [entry | {"unseen": figures["unseen"]}] if figures.get("unseen") else []
+    return [*figures.get("earlier", []), *measured]
 
 
 def summarize(results: dict[str, dict[str, dict]]) -> dict[str, dict]:

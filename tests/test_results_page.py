@@ -158,7 +158,7 @@ def test_results_page_command(tmp_path):
 
 def test_the_thinlto_plan_and_its_linked_figures():
     """The ThinLTO plan's section: the chosen options, every candidate's linked ratios, and each unseen set's
-    packages and total, all from ``thinlto.json``."""
+    packages and total — the plan's own sets and those of the plans it replaced — all from ``thinlto.json``."""
     plan = json.loads((PRETRAINED_DIR / THINLTO_PLAN).read_text())
     page = results_page()
     assert plan["name"] in page and plan["chosen_by"] in page
@@ -166,7 +166,8 @@ def test_the_thinlto_plan_and_its_linked_figures():
         assert f"`{flag}`" in page
     for name, row in plan["figures"]["candidates"].items():
         assert _rows(page, name)[0][1:3] == [f"{row['dottext']:.4f}", f"{row['text']:.4f}"]
-    for measured in plan["figures"]["unseen"].values():
+    earlier = [m for replaced in plan["figures"].get("earlier", []) for m in replaced["unseen"].values()]
+    for measured in [*plan["figures"].get("unseen", {}).values(), *earlier]:
         for package in measured["packages"]:
             assert _rows(page, package)
         total = measured["total"]

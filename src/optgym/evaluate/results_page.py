@@ -283,26 +283,34 @@ def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
                   "yes" if row["ok"] else "no"] for name, row in figures.get("candidates", {}).items()]),
     ]  # fmt: skip
     for name, measured in figures.get("unseen", {}).items():
-        rows = []
-        for package, row in measured["packages"].items():
-            if not row["built"]:
-                rows.append([package, "did not build", "", "", ""])
-                continue
-            ratio = {f: row["optgym"][f] / row["plain"][f] for f in ("dottext", "text")}
-            tests = " / ".join(str(row["tests"][v]) for v in ("plain", "optgym"))
-            wall = (row.get("build_ratio") or {}).get("wall")
-            rows.append([package, _ratio(ratio["dottext"]), _ratio(ratio["text"]), tests,
-                         f"{wall:.2f}×" if wall else "—"])  # fmt: skip
-        total = measured["total"]
-        ratios = [f"**{_ratio(total['optgym'][f] / total['plain'][f])}**" for f in ("dottext", "text")]
-        rows.append(["**total**", *ratios, "", ""])
-        out += [
-            f"Packages outside the training list, `{name}` (measured once: `{measured['command']}`), "
-            "built with `-Oz -flto=thin -fuse-ld=lld`, optgym ÷ plain clang-22 ThinLTO:",
-            "",
-            *_table(["package", "`.text`", "text", "tests plain / optgym", "build wall (one build, as loaded)"], rows),
-        ]
+        out += _linked_set(name, measured, "")
+    for earlier in figures.get("earlier", []):
+        for name, measured in earlier["unseen"].items():
+            out += _linked_set(name, measured, f" with the plan it replaced, **{earlier['name']}**")
     return [*out, ""]
+
+
+def _linked_set(name: str, measured: dict[str, Any], plan: str) -> list[str]:
+    """One unseen set's linked figures (``maintainer/thinlto_plan.py --record``): per package and in total."""
+    rows = []
+    for package, row in measured["packages"].items():
+        if not row["built"]:
+            rows.append([package, "did not build", "", "", ""])
+            continue
+        ratio = {f: row["optgym"][f] / row["plain"][f] for f in ("dottext", "text")}
+        tests = " / ".join(str(row["tests"][v]) for v in ("plain", "optgym"))
+        wall = (row.get("build_ratio") or {}).get("wall")
+        rows.append([package, _ratio(ratio["dottext"]), _ratio(ratio["text"]), tests,
+                     f"{wall:.2f}×" if wall else "—"])  # fmt: skip
+    total = measured["total"]
+    ratios = [f"**{_ratio(total['optgym'][f] / total['plain'][f])}**" for f in ("dottext", "text")]
+    rows.append(["**total**", *ratios, "", ""])
+    return [
+        f"Packages outside the training list, `{name}`{plan} (measured once: `{measured['command']}`), "
+        "built with `-Oz -flto=thin -fuse-ld=lld`, optgym ÷ plain clang-22 ThinLTO:",
+        "",
+        *_table(["package", "`.text`", "text", "tests plain / optgym", "build wall (one build, as loaded)"], rows),
+    ]
 
 
 def results_page(directory: Path = PRETRAINED_DIR) -> str:
