@@ -286,7 +286,7 @@ def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
         out += _linked_set(name, measured, "")
     for earlier in figures.get("earlier", []):
         for name, measured in earlier["unseen"].items():
-            out += _linked_set(name, measured, f" with the plan it replaced, **{earlier['name']}**")
+            out += _linked_set(name, measured, f" with the earlier plan **{earlier['name']}**")
     return [*out, ""]
 
 
