@@ -270,10 +270,10 @@ def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
         f"## ThinLTO links (`{THINLTO_PLAN}`)",
         "",
         f"A ThinLTO link through `optgym-cc` takes the plan **{plan['name']}**: {', '.join(options)}, before the "
-        "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet); "
-        "their register allocation is decided by the ThinLTO scorers shipped beside it "
-        "(`regalloc-*-thinlto.onnx`, below; asked for with `OPTGYM_LTO_EVICT_POLICY=pretrained "
-        "OPTGYM_LTO_PRIORITY_POLICY=pretrained`) in the sets measured since they shipped. "
+        "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet). "
+        "Their register allocation is clang's too, unless the ThinLTO scorers shipped beside it are asked for "
+        "(`regalloc-*-thinlto.onnx`, below: `OPTGYM_LTO_EVICT_POLICY=pretrained "
+        "OPTGYM_LTO_PRIORITY_POLICY=pretrained`); each set's command below says whether they were. "
         "Chosen by `" + plan.get("chosen_by", "?") + "` on linked training packages "
         f"({', '.join(plan.get('packages', []))}): linked `.text` and Berkeley text of every linked output, "
         "optgym ÷ plain clang-22 ThinLTO:",
