@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Choose the ThinLTO plan a target ships: link options and LLVM options measured on linked training packages.
 
-    .venv/bin/python -m maintainer.thinlto_plan SRC... -o runs/plan [--test] [-j 2] [--write PATH]
+    .venv/bin/python -m maintainer.thinlto_plan SRC... -o runs/plan [--test] [--target TRIPLE] [-j 2] [--write PATH]
     .venv/bin/python -m maintainer.thinlto_plan --record SET --plan PATH REPORT_DIR...
 
 Why a plan beside the inline policy: in a ThinLTO link the backends' inlining has little room left (the search
@@ -80,19 +80,20 @@ def plan_file(name: str, link_flags: tuple[str, ...], llvm_options: tuple[str, .
     return {"format": PLAN_FORMAT, "name": name, "link_flags": list(link_flags), "llvm_options": list(llvm_options)}
 
 
-def measure(source: Path, plan: Path, outdir: Path, test: bool, jobs: int) -> dict:
+def measure(source: Path, plan: Path, outdir: Path, test: bool, jobs: int, target: str | None = None) -> dict:
     """One ``optgym compare-build --lto thin`` of ``source`` with ``plan``: its report's totals and tests. A
     report already in ``outdir`` from the same plan is reused, so candidates can be added to a finished run."""
     kept = outdir / "plan.json"
     if not (kept.is_file() and kept.read_text() == plan.read_text() and (outdir / "report.json").is_file()):
-        _compare_build(source, plan, outdir, test, jobs)
+        _compare_build(source, plan, outdir, test, jobs, target)
         kept.write_text(plan.read_text())
     return _summary(outdir)
 
 
-def _compare_build(source: Path, plan: Path, outdir: Path, test: bool, jobs: int) -> None:
+def _compare_build(source: Path, plan: Path, outdir: Path, test: bool, jobs: int, target: str | None) -> None:
     optgym = Path(sys.executable).parent / "optgym"
-    command = [str(optgym), "compare-build", str(source), "--lto", "thin", "-j", str(jobs), "-o", str(outdir)]
+    command = [str(optgym), "compare-build", str(source), "--lto", "thin", "-j", str(jobs), "-o", str(outdir),
+               *(["--target", target] if target else [])]  # fmt: skip
     env = {**os.environ, "OPTGYM_LTO_PLAN": str(plan)}
     with open(outdir.parent / f"{outdir.name}.log", "w") as log:
         subprocess.run([*command, *(["--test"] if test else [])], env=env, stdout=log, stderr=log)
@@ -151,6 +152,7 @@ def main() -> None:
     )
     parser.add_argument("-o", "--output", type=Path)
     parser.add_argument("--test", action="store_true", help="run each package's test suite in both builds")
+    parser.add_argument("--target", help="cross-build for this triple (its plan ships as pretrained/<family>/)")
     parser.add_argument("--only", action="append", choices=list(CANDIDATES), default=[])
     parser.add_argument("--write", type=Path, help="store the chosen plan here")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
@@ -170,7 +172,7 @@ def main() -> None:
         results[name] = {}
         for source in args.sources:
             results[name][source.name] = measure(source, plan, args.output / f"{plan.stem}--{source.name}",
-                                                 args.test, args.jobs)  # fmt: skip
+                                                 args.test, args.jobs, args.target)  # fmt: skip
             print(name, source.name, json.dumps(results[name][source.name].get("totals", {}).get("ratio")), flush=True)
     summary = summarize(results)
     (args.output / "summary.json").write_text(json.dumps({"results": results, "summary": summary}, indent=1) + "\n")

@@ -399,6 +399,10 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
     (tmp_path / thinlto.PLAN).write_text(json.dumps(plan))
     assert thinlto.lto_plan(["--target=x86_64-linux-gnu"]) == plan
     assert thinlto.lto_plan(["--target=aarch64-linux-gnu", "-flto=thin"]) == {}
+    a64_plan = plan | {"llvm_options": ["-disable-lsr"]}  # a target's own plan, found as its policies are
+    (tmp_path / "aarch64" / thinlto.PLAN).write_text(json.dumps(a64_plan))
+    assert thinlto.lto_plan(["--target=aarch64-linux-gnu", "-flto=thin"]) == a64_plan
+    assert thinlto.lto_plan(["--target=x86_64-linux-gnu"]) == plan
     for other_linker in ("x86_64-apple-darwin", "x86_64-w64-mingw32", "x86_64-pc-windows-msvc"):
         assert thinlto.lto_plan([f"--target={other_linker}"]) == {}  # ELF lld's options only
 
