@@ -174,3 +174,17 @@ def test_the_thinlto_plan_and_its_linked_figures():
         cells = _rows(page, "**total**")
         expected = [f"**{total['optgym'][f] / total['plain'][f]:.4f}**" for f in ("dottext", "text")]
         assert any(cells_row[1:3] == expected for cells_row in cells)
+
+
+def test_each_targets_thinlto_plan_has_its_section():
+    """Another target's plan (``pretrained/<target>/thinlto.json``) gets a section of its own, with its options and
+    its candidates' figures, apart from x86-64's."""
+    plans = sorted(PRETRAINED_DIR.glob(f"*/{THINLTO_PLAN}"))
+    assert plans, "no target ships a ThinLTO plan of its own"
+    page = results_page()
+    for path in plans:
+        plan, target = json.loads(path.read_text()), path.parent.name
+        assert f"## ThinLTO links for {target} (`{target}/{THINLTO_PLAN}`)" in page
+        assert plan["chosen_by"] in page
+        for name, row in plan["figures"]["candidates"].items():
+            assert [f"{row['dottext']:.4f}", f"{row['text']:.4f}"] in [cells[1:3] for cells in _rows(page, name)]

@@ -259,21 +259,28 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
     return [*out, ""]
 
 
-def _thinlto_plan(plan: dict[str, Any]) -> list[str]:
-    """The section of the ThinLTO plan (``thinlto.json``): what it sets, how it was chosen, and the linked
-    figures of each set of packages outside the training list it was measured on."""
+def _thinlto_plan(plan: dict[str, Any], target: str = "") -> list[str]:
+    """The section of a ThinLTO plan (``thinlto.json``: x86-64's, or with ``target``, its directory's name, another
+    target's): what it sets, how it was chosen, and the linked figures of each set of packages outside the
+    training list it was measured on."""
     options = [f"`{flag}`" for flag in plan.get("link_flags", [])] + [
         f"`-mllvm {option}`" for option in plan.get("llvm_options", [])
     ]
     figures = plan.get("figures", {})
-    out = [
-        f"## ThinLTO links (`{THINLTO_PLAN}`)",
-        "",
-        f"A ThinLTO link through `optgym-cc` takes the plan **{plan['name']}**: {', '.join(options)}, before the "
-        "build's own link flags. The backends' inlining stays clang's (no ThinLTO inline policy beats it yet). "
-        "Their register allocation is clang's too, unless the ThinLTO scorers shipped beside it are asked for "
+    where = f"{target}/{THINLTO_PLAN}" if target else THINLTO_PLAN
+    allocation = (
+        f"So does their register allocation: no ThinLTO scorers ship for {target}. "
+        if target
+        else "Their register allocation is clang's too, unless the ThinLTO scorers shipped beside it are asked for "
         "(`regalloc-*-thinlto.onnx`, below: `OPTGYM_LTO_EVICT_POLICY=pretrained "
         "OPTGYM_LTO_PRIORITY_POLICY=pretrained`); each set's command below says whether they were. "
+    )
+    out = [
+        f"## ThinLTO links for {target} (`{where}`)" if target else f"## ThinLTO links (`{where}`)",
+        "",
+        f"A ThinLTO link {f'for {target} ' if target else ''}through `optgym-cc` takes the plan **{plan['name']}**: "
+        f"{', '.join(options)}, before the build's own link flags. The backends' inlining stays clang's (no ThinLTO "
+        f"inline policy beats it yet). {allocation}"
         "Chosen by `" + plan.get("chosen_by", "?") + "` on linked training packages "
         f"({', '.join(plan.get('packages', []))}): linked `.text` and Berkeley text of every linked output, "
         "optgym ÷ plain clang-22 ThinLTO:",
@@ -343,6 +350,11 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
             _thinlto_plan(json.loads((directory / THINLTO_PLAN).read_text()))
             if (directory / THINLTO_PLAN).is_file()
             else []
+        ),
+        *(
+            line
+            for path in sorted(directory.glob(f"*/{THINLTO_PLAN}"))
+            for line in _thinlto_plan(json.loads(path.read_text()), path.parent.name)
         ),
         *_per_policy(provenances),
     ]
