@@ -10,7 +10,7 @@ it with the build), as a ratio optgym / plain, per round and the median over rou
 is a wall ratio of at most 1.15 on 2 cores.
 
     .venv/bin/python bench/thinlto_build.py SRC [--plan FILE|none] [--policy SPEC] [--evict-policy SPEC]
-        [--priority-policy SPEC] [--rounds 3] [--jobs 2] [-o DIR]
+        [--priority-policy SPEC] [--rounds 3] [--jobs 2] [--target TRIPLE] [-o DIR]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--plan", default="pretrained", help="OPTGYM_LTO_PLAN of the optgym build")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--target", help="cross-build both for this triple (the target's own plan, if it ships one)")
     parser.add_argument("-o", "--output", type=Path, help="where the builds go (default: a temporary directory)")
     args = parser.parse_args()
     os.environ["OPTGYM_LTO_POLICY"] = args.policy
@@ -46,11 +47,14 @@ def main() -> None:
     os.environ["OPTGYM_VERBOSE"] = "1"
     out = args.output or Path(tempfile.mkdtemp(prefix="bench-thinlto-"))
     walls, cpus = [], []
-    print(f"{args.source.name}: -Oz -flto=thin -fuse-ld=lld -j {args.jobs}, "
+    cross = f" --target={args.target}" if args.target else ""
+    print(f"{args.source.name}: -Oz -flto=thin -fuse-ld=lld -j {args.jobs}{cross}, "
           f"optgym's ThinLTO plan {args.plan}, policies: inlining {args.policy}, eviction {args.evict_policy}, "
           f"priority {args.priority_policy}")  # fmt: skip
     for round_ in range(args.rounds):
-        report = compare_build(CompareOptions(args.source, out / f"round{round_}", lto="thin", jobs=args.jobs))
+        report = compare_build(
+            CompareOptions(args.source, out / f"round{round_}", lto="thin", jobs=args.jobs, target=args.target)
+        )
         if report["problems"]:
             raise SystemExit(f"round {round_}: {'; '.join(report['problems'])}")
         plain, optgym = (report["builds"][v] for v in ("plain", "optgym"))
