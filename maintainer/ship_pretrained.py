@@ -180,6 +180,7 @@ def main() -> int:
         figures["fresh_packages_with_shipped_policies"] = unseen_figures(args.fresh, beside, args.workers)
     packages = description.get("packages", {})
     test_groups = set(split["test_groups"])
+    trained = training_packages(args.run, metadata, args.corpus)
     provenance = {
         "policy": shipped.name,
         "sha256": digest,
@@ -191,8 +192,8 @@ def main() -> int:
         "run_config": metadata["provenance"].get("config"),
         "corpus": {"path": str(args.corpus.resolve()), "distribution": description.get("provenance", {}).get(
             "distribution"), "split": {k: split[k] for k in ("by", "test_groups", "train_modules", "test_modules")}},
-        "training_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p not in test_groups}
-        if (trained := training_packages(args.run, metadata, args.corpus)) is None else trained,
+        "training_packages": trained if trained is not None else {p: v.get("version") for p, v in
+                                                                  sorted(packages.items()) if p not in test_groups},
         "heldout_packages": {p: v.get("version") for p, v in sorted(packages.items()) if p in test_groups},
         "figures": figures,
     }  # fmt: skip

@@ -58,22 +58,25 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("-import-instr-limit=10", "-tail-merge-size=2"),
     ),
 }
-#: The twelfth session's candidates: the plan above (lto2's) plus the backend code-generation options the C
-#: portfolio compiles with per object (``portfolio-c.json``'s first candidate), one at a time and together. Each is
-#: a knob of a pass clang runs anyway, or turns off a pass (loop strength reduction, block placement): any setting
-#: gives a correct program.
-_PLAN2 = CANDIDATES["import up to 10 instructions, fold, drop, tail merge from 2 instructions, merge string tails"]
-for _name, _options in {
-    "no loop strength reduction": ("-disable-lsr",),
-    "no block placement": ("-disable-block-placement",),
-    "jump tables from 8 cases": ("-min-jump-table-entries=8",),
-    "no block placement, no loop strength reduction, jump tables from 8 cases": (
-        "-disable-block-placement",
-        "-disable-lsr",
-        "-min-jump-table-entries=8",
-    ),
-}.items():
-    CANDIDATES[f"the lto2 plan, {_name}"] = (_PLAN2[0], (*_PLAN2[1], *_options))
+#: The twelfth session's candidates: the lto2 plan (:data:`LTO2_PLAN`) plus the backend code-generation options
+#: the C portfolio compiles with per object (``portfolio-c.json``'s first candidate), one at a time and together.
+#: Each is a knob of a pass clang runs anyway, or turns off a pass (loop strength reduction, block placement): any
+#: setting gives a correct program.
+LTO2_PLAN = "import up to 10 instructions, fold, drop, tail merge from 2 instructions, merge string tails"
+_LTO2_LINK, _LTO2_LLVM = CANDIDATES[LTO2_PLAN]
+CANDIDATES |= {
+    f"the lto2 plan, {name}": (_LTO2_LINK, (*_LTO2_LLVM, *options))
+    for name, options in {
+        "no loop strength reduction": ("-disable-lsr",),
+        "no block placement": ("-disable-block-placement",),
+        "jump tables from 8 cases": ("-min-jump-table-entries=8",),
+        "no block placement, no loop strength reduction, jump tables from 8 cases": (
+            "-disable-block-placement",
+            "-disable-lsr",
+            "-min-jump-table-entries=8",
+        ),
+    }.items()
+}
 
 
 def plan_file(name: str, link_flags: tuple[str, ...], llvm_options: tuple[str, ...]) -> dict:

@@ -320,12 +320,20 @@ def _linked_set(name: str, measured: dict[str, Any], plan: str) -> list[str]:
     ]
 
 
+def _per_target(directory: Path, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every shipped copy of the file ``name``, read: x86-64's in ``directory`` itself (target ``""``) first, then
+    each other target's in its own subdirectory (target: the subdirectory's name)."""
+    paths = [directory / name, *sorted(directory.glob(f"*/{name}"))]
+    return [("" if path.parent == directory else path.parent.name, json.loads(path.read_text()))
+            for path in paths if path.is_file()]  # fmt: skip
+
+
 def results_page(directory: Path = PRETRAINED_DIR) -> str:
     """The Markdown of ``docs/results.md`` from the provenance files and the portfolios in ``directory`` (x86-64's,
     and each other target's in its own subdirectory)."""
     provenances = _provenances(directory)
-    portfolio_path = directory / PORTFOLIO
-    portfolio = json.loads(portfolio_path.read_text()) if portfolio_path.is_file() else None
+    portfolios = _per_target(directory, PORTFOLIO)
+    portfolio = next((data for target, data in portfolios if not target), None)
     lines = [
         "# Results",
         "",
@@ -340,22 +348,8 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
         "",
         *_shipped(provenances, portfolio),
         *_unseen(provenances),
-        *(_portfolio(portfolio) if portfolio else []),
-        *(
-            line
-            for path in sorted(directory.glob(f"*/{PORTFOLIO}"))
-            for line in _portfolio(json.loads(path.read_text()), path.parent.name)
-        ),
-        *(
-            _thinlto_plan(json.loads((directory / THINLTO_PLAN).read_text()))
-            if (directory / THINLTO_PLAN).is_file()
-            else []
-        ),
-        *(
-            line
-            for path in sorted(directory.glob(f"*/{THINLTO_PLAN}"))
-            for line in _thinlto_plan(json.loads(path.read_text()), path.parent.name)
-        ),
+        *(line for target, data in portfolios for line in _portfolio(data, target)),
+        *(line for target, plan in _per_target(directory, THINLTO_PLAN) for line in _thinlto_plan(plan, target)),
         *_per_policy(provenances),
     ]
     return "\n".join(lines).rstrip("\n") + "\n"
