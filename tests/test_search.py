@@ -18,13 +18,16 @@ from typer.testing import CliRunner
 
 from optgym.cli import app
 from optgym.corpus import Corpus
+from optgym.corpus.split import draw_modules
 from optgym.policies import resolve_policy
+from optgym.policies.allowance import DEFAULT_GATES, LEADING, allowance_policy, describe, is_allowance
 from optgym.policies.trained import snapshot_dirs
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.toolchain.process import runtime_root, sweep_stale
-from optgym.train.imitate import ImitateConfig, demonstrations, train_imitate
+from optgym.train.imitate import ImitateConfig, demonstrations, logistic_regression, train_imitate
 from optgym.train.search import (
+    SAMPLE_STREAM,
     Candidate,
     SearchConfig,
     module_records,
@@ -148,6 +151,72 @@ def test_imitate_clones_the_search_then_dagger(search_dir, tmp_path, corpus_dir,
     # --resume with the same number of rounds trains nothing new
     train_imitate(ImitateConfig(**{**cfg.__dict__, "search": [str(search_dir)]}), resume=True, say=lambda *_: None)
     assert len(snapshot_dirs(run)) == 2
+
+
+def test_logistic_regression_finds_the_boundary_the_labels_were_drawn_from():
+    rng = np.random.default_rng(0)
+    x = np.column_stack([rng.normal(size=4000), np.ones(4000), rng.integers(0, 2, 4000)])
+    truth = np.array([3.0, -1.0, 2.0])
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(x @ truth)))).astype(float)
+    beta = logistic_regression(x, y, np.zeros(3))
+    assert np.allclose(beta, truth, atol=0.3), beta
+    # the ridge pulls only the penalized coefficient towards zero
+    ridged = logistic_regression(x, y, np.array([0.0, 0.0, 1e4]))
+    assert abs(ridged[2]) < 0.1 < abs(beta[2])
+
+
+@pytest.fixture(scope="module")
+def near_threshold_search(corpus_dir, tmp_path_factory):
+    """Single flips of zoo's decisions nearest clang's threshold (8 of them refused by clang, most better
+    inlined): the data an allowance learns from."""
+    out = tmp_path_factory.mktemp("near") / "s"
+    search(SearchConfig(str(corpus_dir), str(out), budget=30, workers=1, modules="zoo", focus=0.1, evolve=False,
+                        groups=False), progress=False)  # fmt: skip
+    return out
+
+
+def test_imitate_fits_an_allowance_whose_boundary_is_the_regressions(
+    near_threshold_search, tmp_path, corpus_dir, toolchain
+):
+    """``--allowance``: the learned policy is the allowance family, fitted by logistic regression on the
+    examined states where clang said no, and it decides exactly where that regression says yes."""
+    search_dir = near_threshold_search
+    run = tmp_path / "allowance"
+    train_imitate(ImitateConfig(search=[str(search_dir)], output=str(run), workers=1, final_eval=False,
+                                allowance=list(DEFAULT_GATES), l2=1.0), say=lambda *_: None)  # fmt: skip
+    policy = resolve_policy(str(run)).build()
+    assert is_allowance(policy) and not policy.hidden
+    learned = dict(describe(policy))
+    assert any(learned.values()), "the search found inlines clang refused; the allowance moved"
+
+    # the regression on the same states, by hand: P(inline) = σ(α·m + β + γ·g)
+    examined = demonstrations(search_dir, examined_only=True)
+    names = policy.feature_names
+    raw = np.concatenate([np.column_stack([d.features[n] for n in names]) for d in examined])
+    heuristic = np.concatenate([d.heuristic for d in examined])
+    labels = np.concatenate([d.actions for d in examined])
+    refused = heuristic == 0
+    start = allowance_policy(DEFAULT_GATES)
+    derived = start.inputs(raw[refused], heuristic[refused])[:, start.normalizer.width :]
+    x = np.column_stack([derived[:, 1], np.ones(refused.sum()), derived[:, len(LEADING) :]])
+    beta = logistic_regression(x, labels[refused].astype(float), np.array([0.0, 0.0, *[1.0] * len(DEFAULT_GATES)]))
+    assert beta[0] > 0 and refused.sum() >= 5 and 0 < labels[refused].sum() < refused.sum()
+    decided = policy.logits(raw[refused], heuristic[refused]).argmax(-1)
+    assert (decided == (x @ beta > 0)).all()
+    # clang's own inlines are kept, and the policy compiles the module with real clang
+    assert policy.logits(raw[~refused], heuristic[~refused]).argmax(-1).all()
+    result = rollout(get_problem("inline-size"), Corpus(corpus_dir)["zoo"], toolchain, policy)
+    assert result.result.ok and result.result.decisions > 0
+
+
+def test_search_sample_searches_the_draw_of_its_seed(corpus_dir, tmp_path):
+    corpus = Corpus(corpus_dir)
+    sizes = {m.name: m.bitcode.stat().st_size for m in corpus}
+    meta = search(SearchConfig(str(corpus_dir), str(tmp_path / "s"), budget=1, workers=1, sample=2, seed=5,
+                               evolve=False), progress=False)  # fmt: skip
+    searched = sorted(r["module"] for r in meta["modules"])
+    assert meta["options"]["sample"] == 2 and len(searched) == 2
+    assert searched == draw_modules(sorted(sizes), 2, np.random.default_rng([5, SAMPLE_STREAM]), "size", sizes)
 
 
 def test_cli_search_prints_the_table(search_dir, corpus_dir):

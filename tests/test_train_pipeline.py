@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 import optgym
 from optgym.cli import app
+from optgym.corpus.split import draw_modules
 from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures, OptimalDecision
 from optgym.policies import resolve_policy
 from optgym.policies.mlp import MLPPolicy
@@ -28,7 +29,7 @@ from optgym.problems.inputs import RESIDUAL_EXTRAS
 from optgym.problems.normalize import Normalizer, Vocab, VocabError, build_vocab
 from optgym.rollout import rollout
 from optgym.train.bc import BCConfig, train_bc
-from optgym.train.es import ESConfig, direction_fitness, draw_batch, loss_weighted, shape, step_size, train_es
+from optgym.train.es import ESConfig, direction_fitness, loss_weighted, shape, step_size, train_es
 from optgym.train.run import read_config
 from optgym.train.sb3 import SB3Config, train_sb3
 from optgym.train.trace import TraceError, read_meta, read_modules, sample_modules, trace
@@ -496,16 +497,20 @@ def test_a_size_stratified_batch_holds_modules_of_every_size():
     modules = sorted(sizes)
     largest = set(modules[-10:])
     for iteration in range(20):
-        batch = draw_batch(modules, 8, np.random.default_rng([3, iteration]), "size", sizes)
+        batch = draw_modules(modules, 8, np.random.default_rng([3, iteration]), "size", sizes)
         assert len(batch) == len(set(batch)) == 8
         assert [sum(modules.index(m) // 10 == q for m in batch) for q in range(4)] == [2, 2, 2, 2]
-    uniform = [draw_batch(modules, 8, np.random.default_rng([3, it])) for it in range(20)]
+    uniform = [draw_modules(modules, 8, np.random.default_rng([3, it])) for it in range(20)]
     assert any(not largest & set(b) for b in uniform)  # what the strata are for
     assert uniform[0] == sorted(np.random.default_rng([3, 0]).choice(modules, 8, replace=False).tolist())
     # the remainder goes to the larger strata, and a batch of all is every module
-    odd = draw_batch(modules, 10, np.random.default_rng(0), "size", sizes)
+    odd = draw_modules(modules, 10, np.random.default_rng(0), "size", sizes)
     assert [sum(modules.index(m) // 10 == q for m in odd) for q in range(4)] == [2, 2, 3, 3]
-    assert draw_batch(modules, None, np.random.default_rng(0), "size", sizes) == modules
+    assert draw_modules(modules, None, np.random.default_rng(0), "size", sizes) == modules
+    # fewer modules than strata: the draw still takes as many as asked (a short stratum's share moves up)
+    few = {"a": 1, "b": 2, "c": 3}
+    assert len(draw_modules(sorted(few), 1, np.random.default_rng(0), "size", few)) == 1
+    assert len(draw_modules(sorted(few), 2, np.random.default_rng(0), "size", few)) == 2
 
 
 @pytest.mark.parametrize("option, value", [("--batch", "largest"), ("--anneal", "cosine")])

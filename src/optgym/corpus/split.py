@@ -16,12 +16,45 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION, Corpus
 from optgym.corpus.staging import read_description
 from optgym.errors import CorpusError
 from optgym.files import atomic_write_bytes
 
 BY = ("package", "module")
+
+
+#: How an iteration draws its modules when it takes fewer than all (``--batch``).
+BATCHING = ("uniform", "size")
+#: ``--batch size``: the strata of module size a batch draws from evenly.
+SIZE_STRATA = 4
+
+
+def draw_modules(modules: list[str], count: int | None, rng: np.random.Generator, batching: str = "uniform",
+               sizes: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+    """The modules of one ES iteration (or of a search's ``--sample``): all of them, or ``count`` drawn without
+    replacement — uniformly, or (``"size"``) as evenly as possible from :data:`SIZE_STRATA` strata of
+    ``sizes`` (the larger strata take the remainder). Why strata: with ``--fitness total`` a batch's bytes are
+    mostly its large modules, yet a corpus holds mostly small ones, so a uniform draw of 32 often holds no
+    large module at all, and the step follows what small modules want (the AArch64 allowance runs never opened
+    the allowance of large modules, which the hand rule gets most of its bytes from)."""
+    if not count or count >= len(modules):
+        return modules
+    if batching == "uniform":
+        return sorted(rng.choice(modules, count, replace=False).tolist())
+    assert sizes is not None
+    ordered = sorted(modules, key=lambda m: (sizes[m], m))
+    strata = [list(part) for part in np.array_split(np.array(ordered, dtype=object), SIZE_STRATA)]
+    each, remainder = divmod(count, SIZE_STRATA)
+    takes = [min(len(stratum), each + (k >= SIZE_STRATA - remainder)) for k, stratum in enumerate(strata)]
+    for k in reversed(range(SIZE_STRATA)):  # a stratum too small for its share: the larger ones make it up
+        takes[k] += min(count - sum(takes), len(strata[k]) - takes[k])
+    chosen: list[str] = []
+    for take, stratum in zip(takes, strata, strict=True):
+        chosen += rng.choice(stratum, take, replace=False).tolist()
+    return sorted(chosen)
 
 
 def group_of(name: str, by: str) -> str:

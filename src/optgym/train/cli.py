@@ -487,6 +487,9 @@ def search_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="search directory (a rerun resumes it)")],
     budget: Annotated[int, typer.Option(help="compiles per module; a rerun with more extends the search")] = 1000,
     modules: Annotated[str | None, typer.Option(help="only the modules whose name matches this glob")] = None,
+    sample: Annotated[
+        int | None, typer.Option(help="search a draw of this many of the modules, even over size strata (by --seed)")
+    ] = None,
     min_decisions: Annotated[int, typer.Option(help="leave modules with fewer decisions unsearched")] = 1,
     split: Annotated[str | None, typer.Option(help="search only this side of the corpus's split")] = None,
     language: Annotated[str | None, typer.Option(help="search only the C or only the C++ modules")] = None,
@@ -503,7 +506,7 @@ def search_command(
     ] = True,
     evolve: Annotated[bool, typer.Option(help="evolutionary moves once a pass of flips finds nothing")] = True,
     workers: Workers = None,
-    seed: Annotated[int, typer.Option(help="seed of the evolutionary moves")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of the evolutionary moves and of --sample")] = 0,
     timeout: Timeout = 120.0,
 ) -> None:
     """Per module, decision sequences smaller than the heuristic's: greedy single flips, every call of one
@@ -513,8 +516,8 @@ def search_command(
     from optgym.train.search import SearchConfig, search, summary_table
 
     cfg = SearchConfig(corpus=str(corpus), output=str(output), budget=budget, workers=workers, modules=modules,
-                       split=split, language=language, min_decisions=min_decisions, start=start, focus=focus,
-                       groups=groups, evolve=evolve, seed=seed, timeout=timeout)  # fmt: skip
+                       sample=sample, split=split, language=language, min_decisions=min_decisions, start=start,
+                       focus=focus, groups=groups, evolve=evolve, seed=seed, timeout=timeout)  # fmt: skip
     try:
         meta = search(cfg, say=console.print)
     except OptgymError as e:
@@ -546,6 +549,14 @@ def imitate_command(
         bool, typer.Option(help="also learn the heuristic's decisions on the modules a search skipped")
     ] = True,
     extras: Extras = "residual",
+    allowance: Annotated[
+        str | None,
+        typer.Option(
+            help="learn an allowance over clang's inline threshold gated by these 0/1 inputs ('default': the "
+            "ladder ES uses), by logistic regression on the examined states, instead of a network"
+        ),
+    ] = None,
+    l2: Annotated[float, typer.Option(help="with --allowance: ridge penalty on the gates' weights")] = 1.0,
     resume: Annotated[Path | None, typer.Option(help="continue this run after its latest round")] = None,
 ) -> None:
     """Learn the search's best decisions (behavioral cloning), then DAgger: search again from the states the
@@ -567,7 +578,8 @@ def imitate_command(
                             dagger_rounds=dagger_rounds or 0, dagger_budget=dagger_budget, epochs=epochs,
                             hidden=[int(h) for h in hidden.split(",") if h], workers=workers, seed=seed,
                             timeout=timeout, final_eval=final_eval, unsearched=unsearched,
-                            extras=parse_extras_option(extras))  # fmt: skip
+                            extras=parse_extras_option(extras), allowance=_allowance_gates(allowance),
+                            l2=l2)  # fmt: skip
         train_imitate(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

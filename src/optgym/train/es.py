@@ -47,7 +47,7 @@ import numpy as np
 
 from optgym.corpus import Corpus
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
-from optgym.corpus.split import compute_split, effective_by
+from optgym.corpus.split import BATCHING, compute_split, draw_modules, effective_by
 from optgym.corpus.staging import read_description
 from optgym.errors import CorpusError
 from optgym.files import atomic_write_bytes
@@ -231,35 +231,6 @@ def step_size(learning_rate: float, iteration: int, iterations: int, anneal: str
     return learning_rate * (1 - (iteration - 1) / iterations)
 
 
-#: How an iteration draws its modules when it takes fewer than all (``--batch``).
-BATCHING = ("uniform", "size")
-#: ``--batch size``: the strata of module size a batch draws from evenly.
-SIZE_STRATA = 4
-
-
-def draw_batch(modules: list[str], count: int | None, rng: np.random.Generator, batching: str = "uniform",
-               sizes: dict[str, int] | None = None) -> list[str]:  # fmt: skip
-    """The modules of one iteration: all of them, or ``count`` drawn without replacement — uniformly, or
-    (``"size"``) as evenly as possible from :data:`SIZE_STRATA` strata of ``sizes`` (the larger strata take
-    the remainder). Why strata: with ``--fitness total`` a batch's bytes are mostly its large modules, yet a
-    corpus holds mostly small ones, so a uniform draw of 32 often holds no large module at all, and the step
-    follows what small modules want (the AArch64 allowance runs never opened the allowance of large modules,
-    which the hand rule gets most of its bytes from)."""
-    if not count or count >= len(modules):
-        return modules
-    if batching == "uniform":
-        return sorted(rng.choice(modules, count, replace=False).tolist())
-    assert sizes is not None
-    ordered = sorted(modules, key=lambda m: (sizes[m], m))
-    strata = [list(part) for part in np.array_split(np.array(ordered, dtype=object), SIZE_STRATA)]
-    each, remainder = divmod(count, SIZE_STRATA)
-    chosen: list[str] = []
-    for k, stratum in enumerate(strata):
-        take = min(len(stratum), each + (k >= SIZE_STRATA - remainder))
-        chosen += rng.choice(stratum, take, replace=False).tolist()
-    return sorted(chosen)
-
-
 class Adam:
     """Adam for gradient *ascent* on a flat vector; its state is three arrays and a step count."""
 
@@ -386,7 +357,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     while iteration < cfg.iterations:
         iteration += 1
         rng = np.random.default_rng([cfg.seed, iteration])
-        batch = draw_batch(modules, cfg.modules_per_iteration, rng, cfg.batch, module_sizes)
+        batch = draw_modules(modules, cfg.modules_per_iteration, rng, cfg.batch, module_sizes)
         eps = rng.standard_normal((cfg.directions, theta.size)) * mask
         tasks = [
             ESTask(cfg.problem, sources[m], m, shipped, (theta + sign * cfg.sigma * eps[i]).astype(np.float32),

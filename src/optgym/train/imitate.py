@@ -34,6 +34,7 @@ heuristic on the searched modules (``dagger/start_vs_heuristic``; in TensorBoard
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from optgym.files import atomic_write_bytes
+from optgym.policies.allowance import LEADING, allowance_policy, describe, trainable
 from optgym.problems import get_problem
 from optgym.train.run import (
     ProgressCSV,
@@ -54,7 +57,7 @@ from optgym.train.run import (
     write_snapshot,
 )
 from optgym.train.search import SearchConfig, module_records, read_search, read_states, search
-from optgym.train.trace import ModuleTrace, TraceWriter
+from optgym.train.trace import ModuleTrace, TraceWriter, read_meta
 
 
 @dataclass
@@ -76,6 +79,10 @@ class ImitateConfig:
     final_eval: bool = True
     unsearched: bool = True  # also learn the (heuristic) trajectories of the modules a search skipped
     extras: list[str] = field(default_factory=list)  # derived inputs (optgym.problems.inputs); CLI: residual
+    #: learn an allowance over clang's inline threshold gated by these 0/1 inputs (optgym.policies.allowance) by
+    #: logistic regression on the examined states, instead of a network (see fit_allowance)
+    allowance: list[str] = field(default_factory=list)
+    l2: float = 1.0  # the allowance's ridge penalty on the gates' weights (in units of one demonstration)
 
 
 def feature_names(problem: str) -> list[str]:
@@ -162,6 +169,73 @@ def _dagger_figures(meta: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def logistic_regression(x: np.ndarray, y: np.ndarray, penalty: np.ndarray, iterations: int = 100) -> np.ndarray:
+    """Coefficients β minimizing ``Σ log-loss(σ(x·β), y) + ½ Σ penalty·β²`` by Newton's method: a convex problem,
+    so the answer depends on the data alone, never on a seed or a step size. A tiny ridge on every coefficient
+    keeps it finite where the data separate (a gate that is always 0 among the rows)."""
+    beta = np.zeros(x.shape[1])
+    ridge = penalty + 1e-6
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(x @ beta)))
+        gradient = x.T @ (p - y) + ridge * beta
+        hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(ridge)
+        step = np.linalg.solve(hessian, gradient)
+        beta -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return beta
+
+
+def fit_allowance(
+    data: Path, gates: list[str], out: Path, l2: float, problem: str, languages: list[str] | None = None
+) -> dict[str, Any]:
+    """The allowance (:mod:`optgym.policies.allowance`) that best predicts the search's answers where clang
+    refused, written as a policy directory at ``out/policy``.
+
+    The family inlines where ``m + b + w·g > 0`` (``m`` the cost margin, ``g`` the gates) on a call site clang
+    refuses, and keeps every inline clang makes. So only the examined states where clang said no carry
+    information about ``b`` and ``w``: there the label is whether inlining turned out smaller. A logistic
+    regression ``P(inline) = σ(α·m + β + γ·g)`` on those states puts its even-odds boundary at ``b = β/α``,
+    ``w = γ/α``: the allowance where the searched call sites were as often better inlined as not. Nothing is
+    set by hand but the gates (a fixed basis) and the ridge ``l2`` on ``γ``. ``languages``: what the policy
+    decides (the searches' ``--language``); other compiles keep clang's decisions."""
+    from optgym.train.bc import load_trace_arrays
+
+    meta = read_meta(data)
+    start = allowance_policy(gates, problem)
+    if start.inputs.needs_language:
+        raise RunError("an imitated allowance takes no 'cxx' gate: the demonstrations do not say a module's language")
+    raw, labels, _modules, heuristic = load_trace_arrays(data, meta["features"], "action")
+    refused = heuristic == 0
+    if not refused.any():
+        raise RunError(f"{data}: no examined state where clang refused to inline; nothing to learn an allowance from")
+    derived = start.inputs(raw[refused], heuristic[refused])[:, start.normalizer.width :]  # [h, m, gates…]
+    margin, gate_values = derived[:, 1], derived[:, len(LEADING) :]
+    x = np.column_stack([margin, np.ones(len(margin)), gate_values])
+    penalty = np.array([0.0, 0.0, *[l2] * gate_values.shape[1]])
+    alpha, beta, *gamma = logistic_regression(x, labels[refused].astype(np.float64), penalty)
+    if alpha <= 0:
+        raise RunError(f"the searched inlines do not grow likelier as the cost nears the threshold (α = {alpha:.3g})"
+                       "; an allowance cannot describe them")  # fmt: skip
+    theta = start.parameters()
+    theta[trainable(start) > 0] = [*(np.asarray(gamma) / alpha), beta / alpha]  # the gates' weights, then the bias
+    policy = start.with_parameters(theta)
+    policy.languages = languages
+    policy.save(out / "policy")
+    decided = policy.logits(raw[refused], heuristic[refused]).argmax(-1)
+    metrics = {
+        "demonstrations": len(labels),
+        "refused_states": int(refused.sum()),
+        "heuristic_inline_rate": float(labels[refused].mean()),  # the searched "yes" share where clang said no
+        "train_agreement": float((decided == labels[refused]).mean()),
+        "holdout_agreement": float("nan"),
+        "margin_scale": float(alpha),
+        "allowance": dict(describe(policy)),
+    }
+    atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+    return metrics
+
+
 def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progress: bool = False) -> dict[str, Any]:
     """Run (or resume) imitation of ``cfg.search``; returns the final results (``RUN/final/metrics.json``)."""
     import torch
@@ -190,7 +264,8 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
         say(f"resuming {run} after round {first_round - 1}")
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv", resumed_at=("round", first_round - 1))
-    sources = [(s, False, cfg.unsearched) for s in cfg.search]
+    # an allowance learns from the examined states alone: elsewhere the label is the start's answer, not a finding
+    sources = [(s, bool(cfg.allowance), cfg.unsearched and not cfg.allowance) for s in cfg.search]
     for k in range(1, first_round):  # the DAgger searches of the rounds already done
         sources += [(str(d), True, False) for d in sorted((run / "dagger" / f"round-{k:02d}").glob("search-*"))]
 
@@ -218,20 +293,26 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
         # step 1: the demonstrations of every search so far, as one trace
         data = run / "data" / f"round-{k:02d}"
         data_meta = write_demonstrations(data, sources, problem, metas[0]["corpus"])
-        if cfg.vocab is None:
+        if cfg.vocab is None and not cfg.allowance:  # an allowance reads no normalized feature
             vocab_from_trace(data).save(run / "vocab.json")  # round 0's states: every later round keeps it
             cfg.vocab = str((run / "vocab.json").resolve())
             write_config(run, "imitate", asdict(cfg))
 
-        # step 2: behavioral cloning of the demonstrations' actions (a fresh network on the aggregate)
+        # step 2: behavioral cloning of the demonstrations' actions (a fresh network on the aggregate), or the
+        # allowance's logistic regression
         bc_dir = run / "rounds" / f"{k:02d}"
         if bc_dir.exists():
             shutil.rmtree(bc_dir)  # a round killed before its snapshot: trained again
-        metrics = train_bc(BCConfig(trace=str(data), vocab=cfg.vocab, output=str(bc_dir), hidden=cfg.hidden,
-                                    epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                                    holdout=cfg.holdout, seed=cfg.seed, evaluate=False, label="action",
-                                    workers=cfg.workers, timeout=cfg.timeout, extras=cfg.extras),
-                         progress=progress)  # fmt: skip
+        if cfg.allowance:
+            language = metas[0]["options"].get("language")
+            metrics = fit_allowance(data, cfg.allowance, bc_dir, cfg.l2, problem, [language] if language else None)
+        else:
+            assert cfg.vocab is not None  # made from round 0's states above
+            metrics = train_bc(BCConfig(trace=str(data), vocab=cfg.vocab, output=str(bc_dir), hidden=cfg.hidden,
+                                        epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+                                        holdout=cfg.holdout, seed=cfg.seed, evaluate=False, label="action",
+                                        workers=cfg.workers, timeout=cfg.timeout, extras=cfg.extras),
+                             progress=progress)  # fmt: skip
         row.update({
             "demonstrations": data_meta["decisions"],
             "imitate/train_agreement": metrics["train_agreement"],
@@ -282,4 +363,12 @@ def config_from_run(path: Path) -> ImitateConfig:
     return ImitateConfig(**{k: v for k, v in options.items() if k in ImitateConfig.__dataclass_fields__})
 
 
-__all__ = ["ImitateConfig", "config_from_run", "demonstrations", "train_imitate", "write_demonstrations"]
+__all__ = [
+    "ImitateConfig",
+    "config_from_run",
+    "demonstrations",
+    "fit_allowance",
+    "logistic_regression",
+    "train_imitate",
+    "write_demonstrations",
+]

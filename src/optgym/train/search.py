@@ -75,6 +75,7 @@ import pyarrow.parquet as pq
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
+from optgym.corpus.split import draw_modules
 from optgym.errors import OptgymError
 from optgym.files import atomic_write_bytes, read_versioned
 from optgym.parallel import ray_backend_address, run_tasks
@@ -96,6 +97,7 @@ MODULES_DIR = "modules"
 CHECKPOINT_EVERY = 25  # compiles between two checkpoints of a module's record
 MUTATION_RATE = 1.0  # evolution flips 1 + Poisson(MUTATION_RATE) decisions
 MAX_GROUP_STEPS = 8  # compiles a group move may spend taking one callee's calls
+SAMPLE_STREAM = 7  # the random stream of --sample, apart from the evolution's (seed alone)
 
 
 class SearchError(OptgymError):
@@ -110,6 +112,7 @@ class SearchConfig:
     workers: int | None = None
     modules: str | None = None  # glob over module names
     module_names: list[str] | None = None  # or exactly these modules (DAgger: the modules a search covered)
+    sample: int | None = None  # search a seeded draw of this many of them, evenly over four strata of size
     language: str | None = None  # only "C" or only "C++" modules (ObjC and ObjC++ with them)
     split: str | None = None
     min_decisions: int = 1  # modules with fewer decisions are not searched
@@ -786,6 +789,21 @@ def select_modules(
     return list(unique.values()), duplicates
 
 
+def draw_sample(
+    modules: list[Module], duplicates: dict[str, str], count: int, seed: int
+) -> tuple[list[Module], dict[str, str]]:
+    """A seeded draw of ``count`` of ``modules``, as evenly as it can from four strata of bitcode size (the draw
+    ES makes with ``--batch size``), and the duplicates of the modules drawn. Why a draw: a search of every
+    training module costs hours, and what a learner imitates should be a sample of the corpus's sizes, not its
+    largest modules (the order :func:`select_modules` searches in). Different seeds draw different samples, so a
+    trainer's seeds see different searched data."""
+    if count < 1:
+        raise SearchError(f"--sample {count}: at least one module")
+    sizes = {m.name: m.bitcode.stat().st_size for m in modules}
+    drawn = set(draw_modules(sorted(sizes), count, np.random.default_rng([seed, SAMPLE_STREAM]), "size", sizes))
+    return [m for m in modules if m.name in drawn], {d: m for d, m in duplicates.items() if m in drawn}
+
+
 def read_search(path: Path | str) -> dict[str, Any]:
     """``search.json`` of a search directory (a clear error when it is not one)."""
     meta_path = Path(path) / META
@@ -853,6 +871,8 @@ def search(cfg: SearchConfig, *, progress: bool = True, say: Callable[[str], Any
             raise SearchError(f"{root} holds a search of {theirs}, not {mine}; use another -o")
     corpus = Corpus(corpus_path, split=cfg.split)
     modules, duplicates = select_modules(corpus, cfg.modules, cfg.module_names, cfg.language)
+    if cfg.sample is not None:
+        modules, duplicates = draw_sample(modules, duplicates, cfg.sample, cfg.seed)
     if not modules:
         raise SearchError(f"no module of {corpus_path} matches --modules {cfg.modules!r} --language {cfg.language!r}")
     meta = {
