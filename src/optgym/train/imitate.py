@@ -254,6 +254,8 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
     problem = metas[0]["problem"]
     if any(m["problem"] != problem for m in metas):
         raise RunError("the searches are of different problems")
+    if cfg.allowance:  # it learns from examined states alone: elsewhere a label is the start's answer, not a finding
+        cfg.unsearched = False
     prepare_run_dir(run, resume=resume)
     write_config(run, "imitate", asdict(cfg))  # a resume may extend --dagger-rounds
     torch.set_num_threads(1)  # the learner shares the cores with the compilers
@@ -264,8 +266,7 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
         say(f"resuming {run} after round {first_round - 1}")
     writer = SummaryWriter(str(run))
     csv = ProgressCSV(run / "progress.csv", resumed_at=("round", first_round - 1))
-    # an allowance learns from the examined states alone: elsewhere the label is the start's answer, not a finding
-    sources = [(s, bool(cfg.allowance), cfg.unsearched and not cfg.allowance) for s in cfg.search]
+    sources = [(s, bool(cfg.allowance), cfg.unsearched) for s in cfg.search]
     for k in range(1, first_round):  # the DAgger searches of the rounds already done
         sources += [(str(d), True, False) for d in sorted((run / "dagger" / f"round-{k:02d}").glob("search-*"))]
 
