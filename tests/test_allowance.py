@@ -135,11 +135,31 @@ def test_resume_takes_its_budget_workers_and_final_eval_and_refuses_a_new_recipe
     assert (run / "final" / "policy").is_dir() and not list((run / "final").glob("eval-*"))
 
 
-def test_an_allowance_starts_from_clang_not_from_a_warm_start(corpus_dir, tmp_path):
-    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path))
-    with pytest.raises(RunError, match="allowance"):
+def test_es_trains_an_allowance_on_from_its_warm_start(corpus_dir, tmp_path):
+    """An imitated allowance as the start: ES's first snapshot is that policy, and its steps move its gates."""
+    _with(allowance_policy(GATES), -0.3, [0.5, -0.2, 0.4]).save(tmp_path / "imitated")
+    start = MLPPolicy.load(tmp_path / "imitated")  # as stored (float32)
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path / "imitated"),
+                   iterations=1, directions=2, sigma=0.3, learning_rate=0.1, workers=2, final_eval=False,
+                   fitness="total", snapshot_every=1)  # fmt: skip
+    train_es(cfg, say=lambda s: None)
+    first = MLPPolicy.load(tmp_path / "es" / "snapshots" / "00000000" / "policy").parameters()
+    assert np.array_equal(first, start.parameters())
+    moved = MLPPolicy.load(tmp_path / "es" / "final" / "policy").parameters() != start.parameters()
+    assert moved.any() and not (moved & (trainable(start) == 0)).any()
+
+
+@pytest.mark.parametrize(
+    ("start", "message"),
+    [(lambda: allowance_policy(GATES[:2]), "gates are"), (lambda: allowance_policy(GATES, heuristic_weight=0.25),
+     "weighs clang's answer 0.25")],
+)  # fmt: skip
+def test_an_allowance_warm_start_of_another_layout_is_refused(corpus_dir, tmp_path, start, message):
+    start().save(tmp_path / "other")
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path / "other"),
+                   iterations=1, directions=1, workers=1, final_eval=False)  # fmt: skip
+    with pytest.raises(RunError, match=message):
         train_es(cfg, say=lambda s: None)
-    assert not (tmp_path / "es").exists()
 
 
 def test_the_exported_graph_decides_as_the_allowance_does(trace_dir, tmp_path):

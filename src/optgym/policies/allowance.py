@@ -120,6 +120,24 @@ def trainable(policy: MLPPolicy) -> np.ndarray:
     return np.concatenate([mask_w.ravel(), mask_b])
 
 
+def check_start(policy: MLPPolicy, gates: Sequence[str], heuristic_weight: float = HEURISTIC_WEIGHT) -> None:
+    """Refuse a warm start that is not this family with exactly these ``gates`` and weight on clang's answer.
+
+    Why a warm start at all: an allowance imitated from a search (``optgym train imitate --allowance``) gets
+    the signs of the gates from thousands of labelled call sites, where ES from clang's decisions sets them
+    in its first noisy steps and keeps them (docs/experiments/2026-11-26-validation.md). ES then trains the
+    same parameters further, so the start must have the layout :func:`trainable` masks, gate for gate."""
+    if not is_allowance(policy):
+        raise AllowanceError("the warm start is not an allowance policy (optgym train imitate --allowance makes one)")
+    have = list(policy.extras[len(LEADING) :])
+    if have != list(gates):
+        raise AllowanceError(f"the warm start's gates are {have}, not the {list(gates)} asked for")
+    ((weights, _bias),) = policy.weights
+    weight = float(weights[policy.normalizer.width, 1])
+    if weight != heuristic_weight:
+        raise AllowanceError(f"the warm start weighs clang's answer {weight:g}, not {heuristic_weight:g}")
+
+
 def describe(policy: MLPPolicy) -> list[tuple[str, float]]:
     """``(input, weight)`` of the allowance's bias and gates: what a trained policy learned, to print."""
     ((weights, bias),) = policy.weights
@@ -129,4 +147,12 @@ def describe(policy: MLPPolicy) -> list[tuple[str, float]]:
     ]
 
 
-__all__ = ["DEFAULT_GATES", "AllowanceError", "allowance_policy", "describe", "is_allowance", "trainable"]
+__all__ = [
+    "DEFAULT_GATES",
+    "AllowanceError",
+    "allowance_policy",
+    "check_start",
+    "describe",
+    "is_allowance",
+    "trainable",
+]

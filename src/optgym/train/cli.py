@@ -434,7 +434,8 @@ def es_command(
         str | None,
         typer.Option(
             help="learn only an allowance over clang's inline threshold, gated by these 0/1 inputs "
-            "(comma-separated at_most:F:K, at_least:F:K, cxx; 'default': optgym.policies.allowance's ladder)"
+            "(comma-separated at_most:F:K, at_least:F:K, cxx; 'default': optgym.policies.allowance's ladder), "
+            "from clang's decisions or from --warmstart, an allowance with these gates (train imitate --allowance)"
         ),
     ] = None,
     validation_groups: Annotated[

@@ -54,7 +54,14 @@ from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies import PolicyFactory, pretrained_path
-from optgym.policies.allowance import HEURISTIC_WEIGHT, allowance_policy, describe, trainable
+from optgym.policies.allowance import (
+    HEURISTIC_WEIGHT,
+    AllowanceError,
+    allowance_policy,
+    check_start,
+    describe,
+    trainable,
+)
 from optgym.policies.embedded import unpack_policy
 from optgym.policies.exported import ExportError
 from optgym.policies.mlp import MLPPolicy
@@ -109,7 +116,8 @@ class ESConfig:
     #: training: a :class:`~optgym.policies.scorer.ResidualScorer` that starts with the linear one's decisions
     scorer_hidden: int = 0
     #: train an allowance over clang's inline threshold (:mod:`optgym.policies.allowance`) gated by these
-    #: derived inputs, from clang's own decisions: ES perturbs only the gates' weights and the bias
+    #: derived inputs, from clang's own decisions or from an allowance given as ``warmstart`` (an imitated
+    #: one): ES perturbs only the gates' weights and the bias
     allowance: list[str] = field(default_factory=list)
     shaping: str = "none"  # "rank": centered ranks of the directions' fitnesses (SHAPING)
     batch: str = "uniform"  # "size": each iteration's modules drawn evenly from strata of bitcode size (BATCHING)
@@ -262,8 +270,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         raise RunError(f"--scorer-hidden {cfg.scorer_hidden}: a number of hidden units (0: none)")
     if cfg.scorer_hidden and not (scored and problem_class(cfg.problem).scorer_form == "pick"):
         raise RunError(f"--scorer-hidden widens a linear candidate scorer; {cfg.problem}'s policy is not one")
-    if cfg.allowance and (scored or cfg.warmstart):
-        raise RunError("--allowance starts from clang's own inline decisions: no --warmstart, inline-size only")
+    if cfg.allowance and scored:
+        raise RunError(f"--allowance is a family of inline policies; {cfg.problem} ranks candidates")
     if not resume:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)  # type: ignore[arg-type]
@@ -305,6 +313,11 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             if found is None:
                 raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
             policy = load_policy_dir(found)
+            if cfg.allowance:  # e.g. an imitated allowance: ES trains the same gates further
+                try:
+                    check_start(policy, cfg.allowance, cfg.heuristic_weight)  # type: ignore[arg-type]
+                except AllowanceError as e:
+                    raise RunError(f"--warmstart {cfg.warmstart}: {e}") from None
         elif scored:
             policy = CandidateScorer.initial(cfg.problem)
         elif cfg.allowance:
