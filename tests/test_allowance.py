@@ -160,6 +160,7 @@ def test_an_allowance_warm_start_of_another_layout_is_refused(corpus_dir, tmp_pa
                    iterations=1, directions=1, workers=1, final_eval=False)  # fmt: skip
     with pytest.raises(RunError, match=message):
         train_es(cfg, say=lambda s: None)
+    assert not (tmp_path / "es").exists()
 
 
 def test_the_exported_graph_decides_as_the_allowance_does(trace_dir, tmp_path):

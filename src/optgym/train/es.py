@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import json
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -289,6 +290,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         corpus = [m for m in corpus if m.name not in held_back]
         if not corpus:
             raise RunError("the validation packages are the whole training side: nothing is left to train on")
+    if cfg.allowance and cfg.warmstart and not resume:  # a start of another layout, too
+        _check_allowance_start(cfg)
     # a companion that cannot be loaded refuses the run before its directory exists, too
     with_policies = companion_factories(cfg.problem, [(name, spec) for name, spec in cfg.companions], cfg.workers)
     prepare_run_dir(run, resume=resume)
@@ -313,11 +316,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             if found is None:
                 raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
             policy = load_policy_dir(found)
-            if cfg.allowance:  # e.g. an imitated allowance: ES trains the same gates further
-                try:
-                    check_start(policy, cfg.allowance, cfg.heuristic_weight)  # type: ignore[arg-type]
-                except AllowanceError as e:
-                    raise RunError(f"--warmstart {cfg.warmstart}: {e}") from None
         elif scored:
             policy = CandidateScorer.initial(cfg.problem)
         elif cfg.allowance:
@@ -455,6 +453,19 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
 #: The figures of one snapshot on the validation packages, in the snapshot (and, for all of them, in ``RUN/final``).
 VALIDATION_FILE = "validation.json"
+
+
+def _check_allowance_start(cfg: ESConfig) -> None:
+    """Refuse an ``--allowance`` run whose warm start (e.g. an imitated allowance, which ES trains further) is not
+    of the family asked for: loaded aside, so that the refused run leaves no directory behind."""
+    with tempfile.TemporaryDirectory() as aside:
+        found = warm_start_dir(cfg.warmstart, cfg.problem, Path(aside))  # type: ignore[arg-type]
+        if found is None:
+            raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
+        try:
+            check_start(load_policy_dir(found), cfg.allowance, cfg.heuristic_weight)  # type: ignore[arg-type]
+        except AllowanceError as e:
+            raise RunError(f"--warmstart {cfg.warmstart}: {e}") from None
 
 
 def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:
