@@ -163,6 +163,16 @@ def test_an_allowance_warm_start_of_another_layout_is_refused(corpus_dir, tmp_pa
     assert not (tmp_path / "es").exists()
 
 
+def test_a_stored_allowance_start_keeps_its_weight_on_clangs_answer(tmp_path):
+    """A stored policy holds float32 weights: a start saved with weight 0.3 on clang's answer is still one."""
+    from optgym.policies.allowance import check_start
+
+    allowance_policy(GATES, heuristic_weight=0.3).save(tmp_path / "start")
+    check_start(MLPPolicy.load(tmp_path / "start"), GATES, 0.3)  # refused before the float32 comparison was fixed
+    with pytest.raises(AllowanceError, match="weighs clang's answer"):
+        check_start(MLPPolicy.load(tmp_path / "start"), GATES, 0.31)
+
+
 def test_the_exported_graph_decides_as_the_allowance_does(trace_dir, tmp_path):
     """A trained allowance ships as ONNX: the graph's decisions on clang's real call sites are the policy's."""
     from typer.testing import CliRunner
