@@ -129,7 +129,7 @@ def check_start(policy: MLPPolicy, gates: Sequence[str], heuristic_weight: float
     same parameters further, so the start must have the layout :func:`trainable` masks, gate for gate."""
     if not is_allowance(policy):
         raise AllowanceError("the warm start is not an allowance policy (optgym train imitate --allowance makes one)")
-    have = list(policy.extras[len(LEADING) :])
+    have = gates_of(policy)
     if have != list(gates):
         raise AllowanceError(f"the warm start's gates are {have}, not the {list(gates)} asked for")
     ((weights, _bias),) = policy.weights
@@ -138,12 +138,17 @@ def check_start(policy: MLPPolicy, gates: Sequence[str], heuristic_weight: float
         raise AllowanceError(f"the warm start weighs clang's answer {weight:g}, not {heuristic_weight:g}")
 
 
+def gates_of(policy: MLPPolicy) -> list[str]:
+    """The gates an allowance policy reads, in the order of its weights."""
+    return list(policy.extras[len(LEADING) :])
+
+
 def describe(policy: MLPPolicy) -> list[tuple[str, float]]:
     """``(input, weight)`` of the allowance's bias and gates: what a trained policy learned, to print."""
     ((weights, bias),) = policy.weights
     first_gate = policy.normalizer.width + len(LEADING)
     return [("bias", float(bias[1]))] + [
-        (gate, float(weights[first_gate + i, 1])) for i, gate in enumerate(policy.extras[len(LEADING) :])
+        (gate, float(weights[first_gate + i, 1])) for i, gate in enumerate(gates_of(policy))
     ]
 
 
@@ -153,6 +158,7 @@ __all__ = [
     "allowance_policy",
     "check_start",
     "describe",
+    "gates_of",
     "is_allowance",
     "trainable",
 ]

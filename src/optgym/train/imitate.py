@@ -35,6 +35,7 @@ heuristic on the searched modules (``dagger/start_vs_heuristic``; in TensorBoard
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -344,7 +345,7 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
         held_out = row["imitate/holdout_agreement"]
         agreement = (  # an allowance is fitted to every examined state: it has no held-out part to report
             f"held-out agreement {held_out:.4f}"
-            if held_out == held_out
+            if not math.isnan(held_out)
             else f"agreement {row['imitate/train_agreement']:.4f} on the states it was fitted to"
         )
         say(f"round {k}: {row['demonstrations']} demonstrations, {agreement}{figures}")
