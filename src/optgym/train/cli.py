@@ -29,6 +29,7 @@ TrainSplit = Annotated[str | None, typer.Option(help="train on this side of the 
 TestPercent = Annotated[
     float | None, typer.Option(help="make a split (this % of packages to test) if the corpus has none")
 ]
+TrainLanguage = Annotated[str | None, typer.Option(help="train on only the C or only the C++ modules")]
 Warmstart = Annotated[
     Path | None,
     typer.Option(help="BC directory or any policy dir to start from (ES also: an exported .onnx, or pretrained)"),
@@ -285,6 +286,7 @@ def _sb3_command(algorithm: str):
                 "('default': the ladder ES uses); a linear actor where only the allowance trains (needs --vocab)"
             ),
         ] = None,
+        language: TrainLanguage = None,
         resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
     ) -> None:
         from optgym.errors import OptgymError
@@ -309,7 +311,7 @@ def _sb3_command(algorithm: str):
                             seed=seed, timeout=timeout, learning_rate=learning_rate, gamma=gamma,
                             final_eval=final_eval, optimal_decision=optimal_decision, critic=critic,
                             temperature=temperature, credit=credit,
-                            allowance=_allowance_gates(allowance))  # fmt: skip
+                            allowance=_allowance_gates(allowance), language=language)  # fmt: skip
             train_sb3(cfg, say=console.print)
         except OptgymError as e:
             _fail(str(e))
@@ -407,7 +409,7 @@ def es_command(
     problem: Annotated[
         str, typer.Option(help="decision problem (regalloc-evict trains a candidate scorer, no vocab)")
     ] = "inline-size",
-    language: Annotated[str | None, typer.Option(help="train on only the C or only the C++ modules")] = None,
+    language: TrainLanguage = None,
     loss_weight: Annotated[
         float, typer.Option(help="a module made larger counts (1 + W) times its reward: fewer regressions")
     ] = 0.0,

@@ -75,6 +75,7 @@ from optgym.train.run import (
     ProgressCSV,
     RunError,
     check_choices,
+    check_language,
     evaluate_final,
     percentiles,
     prepare_run_dir,
@@ -263,8 +264,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
     run = Path(cfg.output)
     scored = problem_class(cfg.problem).scorer_start is not None  # a candidate scorer: no vocab
-    if cfg.language not in (None, "C", "C++"):
-        raise RunError(f"--language {cfg.language!r}: C or C++")
+    check_language(cfg.language)
     check_choices([("--fitness", cfg.fitness, FITNESS), ("--shaping", cfg.shaping, SHAPING),
                    ("--batch", cfg.batch, BATCHING), ("--anneal", cfg.anneal, ANNEALING)])  # fmt: skip
     if cfg.scorer_hidden < 0:

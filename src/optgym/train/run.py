@@ -34,6 +34,17 @@ class RunError(OptgymError):
     """A run directory that cannot be created, read or resumed."""
 
 
+#: What a trainer's ``--language`` may name. A run trained on one language's modules makes a policy that decides
+#: only that language (ObjC and ObjC++ go with C and C++), so clang keeps deciding the other.
+LANGUAGES = ("C", "C++")
+
+
+def check_language(language: str | None) -> None:
+    """Refuse a ``--language`` that names no language a corpus records (None: every module)."""
+    if language not in (None, *LANGUAGES):
+        raise RunError(f"--language {language!r}: C or C++")
+
+
 def check_choices(options: Iterable[tuple[str, str, Sequence[str]]]) -> None:
     """Refuse the first ``(option, value, choices)`` whose value is not one of its choices: a trainer checks its
     recipe this way before its run directory exists."""

@@ -62,6 +62,7 @@ from optgym.train.run import (
     ProgressCSV,
     RunError,
     check_choices,
+    check_language,
     evaluate_final,
     percentiles,
     prepare_run_dir,
@@ -107,6 +108,7 @@ class SB3Config:
     credit: str = "all"  # "deviations": only decisions that left the greedy policy share the reward (above)
     extras: list[str] = field(default_factory=list)  # the warm start's derived inputs, which the env then gives
     allowance: list[str] = field(default_factory=list)  # start from the learned allowance with these gates
+    language: str | None = None  # train on "C" or "C++" modules only (the policy then decides only that one)
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -152,8 +154,9 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures, PolicyInputsObservation
 
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
+    modules = training_modules(corpus, cfg.get("language"))
     env: gym.Env = optgym.make(
-        cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"]
+        cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"], modules=modules
     )
     if cfg.get("optimal_decision"):
         from optgym.env.wrappers import OptimalDecision
@@ -168,6 +171,11 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     env = Monitor(env)
     env.reset(seed=cfg["seed"] + 1000 * rank)
     return env
+
+
+def training_modules(corpus: Corpus, language: str | None) -> list[str]:
+    """The modules of ``corpus`` (a split side) a run trains on: all of them, or one language's."""
+    return [m.name for m in corpus if language in (None, m.family)]
 
 
 class _EnvFactory:
@@ -272,6 +280,7 @@ def check_config(cfg: SB3Config) -> None:
     """Refuse a recipe SB3 cannot run, before the run directory exists."""
     check_choices([("algorithm", cfg.algorithm, ALGORITHMS), ("--critic", cfg.critic, CRITICS),
                    ("--credit", cfg.credit, CREDITS)])  # fmt: skip
+    check_language(cfg.language)
     if not cfg.temperature > 0:
         raise RunError(f"--temperature must be positive, not {cfg.temperature}")
     if cfg.algorithm == "dqn" and (cfg.critic != "learned" or cfg.temperature != 1.0):
@@ -307,6 +316,7 @@ def export_policy(model, vocab: Vocab, cfg: SB3Config, directory: Path) -> MLPPo
 
     policy = to_numpy_policy(actor_layers(model), vocab, activation="tanh", problem=cfg.problem, extras=cfg.extras,
                              source={"algorithm": cfg.algorithm, "timesteps": int(model.num_timesteps)})  # fmt: skip
+    policy.languages = [cfg.language] if cfg.language else None  # it decides what it was trained on
     policy.save(directory)
     return policy
 
@@ -445,8 +455,9 @@ def _resolve_split(cfg: SB3Config) -> None:
     if cfg.split is None and "split" in Corpus(cfg.corpus).description.get("optgym", {}):
         cfg.split = "train"  # a stored split decides what is trained on; the test side stays unseen
     corpus = Corpus(cfg.corpus, split=cfg.split)  # a clear error if the split is missing
-    if len(corpus) == 0:
-        raise RunError(f"the {cfg.split} side of {cfg.corpus} has no modules")
+    if not training_modules(corpus, cfg.language):  # a clear error before the run directory exists
+        language = f" in {cfg.language}" if cfg.language else ""
+        raise RunError(f"the {cfg.split} side of {cfg.corpus} has no modules{language}")
 
 
 def _vocab_path(cfg: SB3Config) -> str:
@@ -492,7 +503,8 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         write_config(run, cfg.algorithm, asdict(cfg))
     vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
     env_cfg = {"corpus": cfg.corpus, "split": cfg.split, "vocab": cfg.vocab, "seed": cfg.seed, "extras": cfg.extras,
-               "timeout": cfg.timeout, "problem": cfg.problem, "optimal_decision": cfg.optimal_decision}  # fmt: skip
+               "timeout": cfg.timeout, "problem": cfg.problem, "optimal_decision": cfg.optimal_decision,
+               "language": cfg.language}  # fmt: skip
     factories: list[Callable[[], gym.Env]] = [_EnvFactory(env_cfg, rank) for rank in range(cfg.workers)]
     venv = SubprocVecEnv(factories, start_method="forkserver") if cfg.workers > 1 else DummyVecEnv(factories)
     try:
