@@ -21,6 +21,7 @@ from typing import Any
 
 import tomli_w
 
+from optgym.corpus import Module
 from optgym.errors import OptgymError
 from optgym.files import atomic_write_bytes, read_versioned
 from optgym.policies.trained import SNAPSHOTS
@@ -43,6 +44,11 @@ def check_language(language: str | None) -> None:
     """Refuse a ``--language`` that names no language a corpus records (None: every module)."""
     if language not in (None, *LANGUAGES):
         raise RunError(f"--language {language!r}: C or C++")
+
+
+def of_language(modules: Iterable[Module], language: str | None) -> list[Module]:
+    """The modules a run on ``language`` sees: all of them (None), or that language's."""
+    return [m for m in modules if language in (None, m.family)]
 
 
 def check_choices(options: Iterable[tuple[str, str, Sequence[str]]]) -> None:

@@ -64,6 +64,7 @@ from optgym.train.run import (
     check_choices,
     check_language,
     evaluate_final,
+    of_language,
     percentiles,
     prepare_run_dir,
     read_config,
@@ -154,7 +155,7 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures, PolicyInputsObservation
 
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
-    modules = training_modules(corpus, cfg.get("language"))
+    modules = [m.name for m in of_language(corpus, cfg.get("language"))]
     env: gym.Env = optgym.make(
         cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"], modules=modules
     )
@@ -171,11 +172,6 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     env = Monitor(env)
     env.reset(seed=cfg["seed"] + 1000 * rank)
     return env
-
-
-def training_modules(corpus: Corpus, language: str | None) -> list[str]:
-    """The modules of ``corpus`` (a split side) a run trains on: all of them, or one language's."""
-    return [m.name for m in corpus if language in (None, m.family)]
 
 
 class _EnvFactory:
@@ -455,7 +451,7 @@ def _resolve_split(cfg: SB3Config) -> None:
     if cfg.split is None and "split" in Corpus(cfg.corpus).description.get("optgym", {}):
         cfg.split = "train"  # a stored split decides what is trained on; the test side stays unseen
     corpus = Corpus(cfg.corpus, split=cfg.split)  # a clear error if the split is missing
-    if not training_modules(corpus, cfg.language):  # a clear error before the run directory exists
+    if not of_language(corpus, cfg.language):  # a clear error before the run directory exists
         language = f" in {cfg.language}" if cfg.language else ""
         raise RunError(f"the {cfg.split} side of {cfg.corpus} has no modules{language}")
 

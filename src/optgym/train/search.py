@@ -88,6 +88,7 @@ from optgym.toolchain import find_toolchain
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import private_dir
 from optgym.toolchain.remarks import read_remarks, record_flags
+from optgym.train.run import of_language
 
 SEARCH_FORMAT_VERSION = 1
 SEARCH_KIND = "optgym-search"
@@ -772,8 +773,7 @@ def select_modules(
     if names is not None:
         wanted = set(names)
         chosen = [m for m in chosen if m.name in wanted]
-    if language is not None:
-        chosen = [m for m in chosen if m.family == language]
+    chosen = of_language(chosen, language)
 
     def priority(m: Module) -> tuple[int, int, str]:
         return (0 if m.family == "C++" else 1, -m.bitcode.stat().st_size, m.name)
