@@ -42,6 +42,28 @@ def test_evaluate_one_language(corpus_dir, tmp_path):
     assert bad.returncode != 0 and "C or C++" in bad.stderr + bad.stdout
 
 
+def test_evaluate_every_kth_module_is_a_fixed_sample_by_name(corpus_dir, tmp_path):
+    """``--every 2``: the first and third module by name, compiled for real; with ``--language C`` the step is
+    taken over the C modules only. A step below 1 is refused."""
+    from optgym.corpus import Corpus
+
+    names = sorted(m.name for m in Corpus(corpus_dir))
+    assert len(names) == 3, "the test needs a three-module corpus"
+    sampled = tmp_path / "a"
+    out = optgym("evaluate", "--corpus", str(corpus_dir), "--every", "2", "-j", "2", "-o", str(sampled), "--json")
+    report = json.loads(out.stdout)
+    assert report["modules"] == 2 and report["every"] == 2
+    rows = (sampled / "modules.csv").read_text().splitlines()[1:]
+    assert sorted(row.split(",")[0] for row in rows) == names[::2]
+    c_only = sorted(m.name for m in Corpus(corpus_dir) if m.family == "C")
+    out = optgym("evaluate", "--corpus", str(corpus_dir), "--language", "C", "--every", "2", "-j", "1", "-o",
+                 str(tmp_path / "c"), "--json")  # fmt: skip
+    rows = (tmp_path / "c" / "modules.csv").read_text().splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == c_only[::2] and json.loads(out.stdout)["modules"] == 1
+    bad = optgym("evaluate", "--corpus", str(corpus_dir), "--every", "0", check=False)
+    assert bad.returncode != 0 and "--every 0" in bad.stderr + bad.stdout
+
+
 def test_evaluate_heuristic_table(corpus_dir, tmp_path):
     out = optgym("evaluate", "--corpus", str(corpus_dir), "--parallel", "1", "--report", str(tmp_path)).stdout
     assert "1.0000" in next(line for line in out.splitlines() if "Berkeley text" in line)

@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,8 +16,12 @@ from rich.table import Table
 
 import optgym.rollout  # noqa: F401  (registers the heuristic workers of `optgym corpus info` and --max-decisions)
 from optgym.corpus.cli import corpus_app
+from optgym.errors import OptgymError
 from optgym.evaluate.benchmark import benchmark_app
 from optgym.train.cli import Companions, parse_companions, search_command, trace_command, train_app, vocab_command
+
+if TYPE_CHECKING:
+    from optgym.corpus import Corpus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(corpus_app, name="corpus")
@@ -48,7 +52,6 @@ def _global_options(
 ) -> None:
     """Options for every command: set here once, so each fan-out picks them up without its own flag."""
     if ray_address:
-        from optgym.errors import OptgymError
         from optgym.parallel import RAY_ADDRESS_ENV, check_ray_address
 
         try:
@@ -170,6 +173,23 @@ def _print_summary(report: dict, title: str) -> None:
         console.print(f"[red]failed[/] {failure['module']}: {failure['status']}: {failure['detail']}", highlight=False)
 
 
+def sample_modules(corpus: Corpus, language: str | None, every: int) -> list[str] | None:
+    """The modules ``optgym evaluate`` compiles: every one (None), one language's, and of those every ``every``-th
+    by name. A fixed sample of a training side is how a recipe is checked against a baseline on the code it was
+    trained on, at a fraction of the compiles, before any unseen set is spent on it."""
+    from optgym.train.run import check_language, of_language
+
+    check_language(language)
+    if every < 1:
+        raise OptgymError(f"--every {every}: a positive step (1: every module)")
+    if language is None and every == 1:
+        return None
+    chosen = sorted(m.name for m in of_language(corpus, language))[::every]
+    if not chosen:
+        raise OptgymError(f"{corpus.root} has no {language} modules (split {corpus.split})")
+    return chosen
+
+
 @app.command()
 def evaluate(
     corpus: Annotated[Path, typer.Option(help="corpus directory")],
@@ -180,6 +200,9 @@ def evaluate(
     split: Annotated[str | None, typer.Option(help="train | test: the corpus's stored split")] = None,
     problem: Annotated[str, typer.Option(help="decision problem")] = "inline-size",
     language: Annotated[str | None, typer.Option(help="only the C or only the C++ modules")] = None,
+    every: Annotated[
+        int, typer.Option(help="only every K-th module by name (after --split, --language): a fixed sample")
+    ] = 1,
     workers: Workers = None,
     mode: Annotated[str, typer.Option(help="eval: greedy policy; collect: sampled")] = "eval",
     seed: Annotated[int, typer.Option(help="seed of stochastic policies")] = 0,
@@ -210,7 +233,6 @@ def evaluate(
     ``default_candidates``: 2 for the shipped one)."""
     from optgym import __version__
     from optgym.corpus import Corpus
-    from optgym.errors import OptgymError
     from optgym.evaluate import evaluate as run_evaluation
     from optgym.evaluate.report import write_report
     from optgym.policies import resolve_policy
@@ -220,13 +242,7 @@ def evaluate(
 
     try:
         corpus_obj = Corpus(corpus, split=split)
-        modules = None
-        if language is not None:
-            if language not in ("C", "C++"):
-                _fail(f"--language {language!r}: C or C++")
-            modules = [m.name for m in corpus_obj if m.family == language]
-            if not modules:
-                _fail(f"{corpus} has no {language} modules (split {split})")
+        modules = sample_modules(corpus_obj, language, every)
         factory = resolve_policy(policy, problem)
         companions = parse_companions(with_)
         hooks = [get_problem(name).hook for name in (problem, *(name for name, _ in companions))]
@@ -251,8 +267,8 @@ def evaluate(
         _fail(str(e))
     identity: dict[str, Any] = {"policy": policy, "policy_identity": factory.identity, "problem": problem, "mode": mode,
                 "with": {name: resolve_policy(spec, name).identity for name, spec in companions},
-                "corpus": str(corpus), "split": split, "language": language, "compiler": toolchain.banner,
-                "optgym": __version__}  # fmt: skip
+                "corpus": str(corpus), "split": split, "language": language, "every": every,
+                "compiler": toolchain.banner, "optgym": __version__}  # fmt: skip
     if candidates:
         from optgym.policies import file_identity
 
@@ -286,7 +302,6 @@ def diff(
     from dataclasses import asdict
 
     from optgym.corpus import Corpus
-    from optgym.errors import OptgymError
     from optgym.evaluate.diff import demangle, diff_module
 
     try:
@@ -321,7 +336,6 @@ def export(
 ) -> None:
     """A trained policy as one self-contained ONNX file (network and normalization, or a candidate scorer;
     metadata) for OPTGYM_POLICY / OPTGYM_EVICT_POLICY."""
-    from optgym.errors import OptgymError
     from optgym.policies.export import SUFFIX, export_policy
 
     if output.suffix != SUFFIX:
@@ -414,7 +428,6 @@ def compare_build(
     Writes OUTPUT/report.json and OUTPUT/report.md and prints the latter. The optgym build runs with the
     caller's OPTGYM_* settings and OPTGYM_STRICT=1. Exits 1 if a build fails or a test fails only in the
     optgym build."""
-    from optgym.errors import OptgymError
     from optgym.evaluate.build_compare import CompareOptions, write_report
     from optgym.evaluate.build_compare import compare_build as run_compare
 
