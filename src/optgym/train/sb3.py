@@ -452,8 +452,8 @@ def _resolve_split(cfg: SB3Config) -> None:
         cfg.split = "train"  # a stored split decides what is trained on; the test side stays unseen
     corpus = Corpus(cfg.corpus, split=cfg.split)  # a clear error if the split is missing
     if not of_language(corpus, cfg.language):  # a clear error before the run directory exists
-        language = f" in {cfg.language}" if cfg.language else ""
-        raise RunError(f"the {cfg.split} side of {cfg.corpus} has no modules{language}")
+        side = f"split {cfg.split}, " if cfg.split else ""
+        raise RunError(f"{cfg.corpus} has no modules to train on ({side}language {cfg.language or 'any'})")
 
 
 def _vocab_path(cfg: SB3Config) -> str:
