@@ -186,7 +186,8 @@ def sample_modules(corpus: Corpus, language: str | None, every: int) -> list[str
         return None
     chosen = sorted(m.name for m in of_language(corpus, language))[::every]
     if not chosen:
-        raise OptgymError(f"{corpus.root} has no {language} modules (split {corpus.split})")
+        kind = f"{language} " if language else ""
+        raise OptgymError(f"{corpus.root} has no {kind}modules (split {corpus.split})")
     return chosen
 
 
