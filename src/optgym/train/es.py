@@ -77,7 +77,7 @@ from optgym.train.run import (
     check_choices,
     check_language,
     evaluate_final,
-    of_language,
+    modules_to_train_on,
     percentiles,
     prepare_run_dir,
     read_config,
@@ -280,9 +280,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         if not scored and not cfg.allowance:  # an allowance reads no normalized feature: no vocab
             cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
     split_side = Corpus(cfg.corpus, split=cfg.split)  # the training and the validation modules
-    corpus = of_language(split_side, cfg.language)
-    if not corpus:  # before the run directory exists: a refused run leaves nothing behind
-        raise RunError(f"{cfg.corpus} has no modules to train on (split {cfg.split}, language {cfg.language})")
+    corpus = modules_to_train_on(split_side, cfg.language)
     # validation packages are refused, like a bad companion, before the run directory exists
     by = effective_by(read_description(Path(cfg.corpus)), "package")
     validation = validation_modules([m.name for m in corpus], cfg, by)

@@ -21,7 +21,7 @@ from typing import Any
 
 import tomli_w
 
-from optgym.corpus import Module
+from optgym.corpus import Corpus, Module
 from optgym.errors import OptgymError
 from optgym.files import atomic_write_bytes, read_versioned
 from optgym.policies.trained import SNAPSHOTS
@@ -49,6 +49,16 @@ def check_language(language: str | None) -> None:
 def of_language(modules: Iterable[Module], language: str | None) -> list[Module]:
     """The modules a run on ``language`` sees: all of them (None), or that language's."""
     return [m for m in modules if language in (None, m.family)]
+
+
+def modules_to_train_on(side: Corpus, language: str | None) -> list[Module]:
+    """``of_language`` of a split side, refused while nothing is lost if it is empty: a trainer calls this before
+    its run directory exists, so a run on a language the side lacks leaves nothing behind."""
+    chosen = of_language(side, language)
+    if not chosen:
+        split = f"split {side.split}, " if side.split else ""
+        raise RunError(f"{side.root} has no modules to train on ({split}language {language or 'any'})")
+    return chosen
 
 
 def check_choices(options: Iterable[tuple[str, str, Sequence[str]]]) -> None:
@@ -247,7 +257,6 @@ def evaluate_final(
 ) -> dict[str, Any]:
     """``RUN/final/policy`` compiled greedily on each side of the split (or the whole corpus), as eval
     traces in ``RUN/final/eval-<side>``; the figures go to ``RUN/final/metrics.json`` with ``results``."""
-    from optgym.corpus import Corpus
     from optgym.train.trace import trace
 
     results = dict(results)

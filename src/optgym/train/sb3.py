@@ -64,6 +64,7 @@ from optgym.train.run import (
     check_choices,
     check_language,
     evaluate_final,
+    modules_to_train_on,
     of_language,
     percentiles,
     prepare_run_dir,
@@ -451,9 +452,7 @@ def _resolve_split(cfg: SB3Config) -> None:
     if cfg.split is None and "split" in Corpus(cfg.corpus).description.get("optgym", {}):
         cfg.split = "train"  # a stored split decides what is trained on; the test side stays unseen
     corpus = Corpus(cfg.corpus, split=cfg.split)  # a clear error if the split is missing
-    if not of_language(corpus, cfg.language):  # a clear error before the run directory exists
-        side = f"split {cfg.split}, " if cfg.split else ""
-        raise RunError(f"{cfg.corpus} has no modules to train on ({side}language {cfg.language or 'any'})")
+    modules_to_train_on(corpus, cfg.language)
 
 
 def _vocab_path(cfg: SB3Config) -> str:
