@@ -390,27 +390,31 @@ def test_ppo_moves_only_the_allowance_as_es_does(toolchain, work):
     assert not moved[~free].any(), "PPO moved a parameter outside the allowance"
 
 
-def test_ppo_on_one_language_rolls_out_its_modules_and_decides_only_it(corpus_dir, vocab_path, work):
-    """``train ppo --language C++``: every env worker compiles the C++ modules only, and what PPO exports decides
-    C++ only (a C compile keeps clang's decisions), as ES's ``--language`` does."""
+def test_ppo_on_one_language_rolls_out_its_modules_and_decides_only_it(corpus_dir, vocab_path, work, monkeypatch):
+    """``train ppo --language C++``: the env worker the run builds compiles the C++ modules only, and what PPO
+    exports decides C++ only (a C compile keeps clang's decisions), as ES's ``--language`` does."""
     from optgym.corpus import Corpus
     from optgym.policies.allowance import DEFAULT_GATES
-    from optgym.train.sb3 import make_env
+    from optgym.train import sb3
 
+    built: list[set[str]] = []  # the languages of each env the run builds (one worker: built in this process)
+    make_env = sb3.make_env
+
+    def recording(env_cfg, rank):
+        env = make_env(env_cfg, rank)
+        built.append({m.family for m in env.unwrapped.modules})
+        return env
+
+    monkeypatch.setattr(sb3, "make_env", recording)
     run = work / "ppo-cxx"
     cfg = SB3Config("ppo", str(corpus_dir), str(run), vocab=str(vocab_path), allowance=list(DEFAULT_GATES),
                     iterations=1, steps_per_iteration=64, workers=1, final_eval=False, critic="heuristic",
                     temperature=0.125, language="C++")  # fmt: skip
     train_sb3(cfg, say=lambda s: None)
+    assert {m.family for m in Corpus(corpus_dir)} == {"C", "C++"}, "a one-language corpus tests nothing"
+    assert built == [{"C++"}]
     assert read_config(run)[1]["language"] == "C++"
     assert MLPPolicy.load(run / "final" / "policy").languages == ["C++"]
-    assert {m.family for m in Corpus(corpus_dir)} == {"C", "C++"}, "a one-language corpus tests nothing"
-    env_cfg = {"corpus": str(corpus_dir), "vocab": str(vocab_path), "seed": 0, "timeout": 120.0, "language": "C++"}
-    env = make_env(env_cfg, 0)
-    try:
-        assert {m.family for m in env.unwrapped.modules} == {"C++"}
-    finally:
-        env.close()
 
 
 @pytest.mark.parametrize(
