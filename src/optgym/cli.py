@@ -177,14 +177,14 @@ def sample_modules(corpus: Corpus, language: str | None, every: int) -> list[str
     """The modules ``optgym evaluate`` compiles: every one (None), one language's, and of those every ``every``-th
     by name. A fixed sample of a training side is how a recipe is checked against a baseline on the code it was
     trained on, at a fraction of the compiles, before any unseen set is spent on it."""
-    from optgym.train.run import check_language, of_language
+    from optgym.train.run import check_language, every_kth, of_language
 
     check_language(language)
     if every < 1:
         raise OptgymError(f"--every {every}: a positive step (1: every module)")
     if language is None and every == 1:
         return None
-    chosen = sorted(m.name for m in of_language(corpus, language))[::every]
+    chosen = every_kth((m.name for m in of_language(corpus, language)), every)
     if not chosen:
         kind = f"{language} " if language else ""
         raise OptgymError(f"{corpus.root} has no {kind}modules (split {corpus.split})")

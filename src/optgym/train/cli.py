@@ -333,7 +333,8 @@ def train_main(
     config: Annotated[Path | None, typer.Option(help="RUN/config.toml: run that training again")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="with --config: the new run directory")] = None,
 ) -> None:
-    """Train a policy: bc, ppo / a2c / dqn (stable-baselines3), es (evolution strategies); --config reruns one."""
+    """Train a policy: bc, ppo / a2c / dqn (stable-baselines3), es (evolution strategies), pattern (compass search of
+    the inline allowance), search + imitate, threshold; --config reruns one."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
@@ -367,6 +368,10 @@ def _rerun(algorithm: str, options: dict, target: Path) -> None:
         from optgym.train.imitate import ImitateConfig, train_imitate
 
         train_imitate(ImitateConfig(**{**options, "output": str(target)}), say=console.print)
+    elif algorithm == "pattern":
+        from optgym.train.pattern import PatternConfig, train_pattern
+
+        train_pattern(PatternConfig(**{**options, "output": str(target)}), say=console.print)
     elif algorithm == "threshold":
         from optgym.train.threshold import config_from_options, train_threshold
 
@@ -480,6 +485,62 @@ def es_command(
                        batch=batch, anneal=anneal, validation_groups=comma_list(validation_groups, {}),
                        validation_percent=validation_percent, heuristic_weight=heuristic_weight)  # fmt: skip
         train_es(cfg, say=console.print)
+    except OptgymError as e:
+        _fail(str(e))
+
+
+@train_app.command("pattern")
+def pattern_command(
+    ctx: typer.Context,
+    corpus: RunCorpus = None,
+    output: RunOutput = None,
+    split: Annotated[str | None, typer.Option(help="train on this side of the corpus's stored split")] = "train",
+    language: Annotated[str | None, typer.Option(help="train on and decide only C or only C++")] = "C++",
+    sample: Annotated[
+        int | None, typer.Option(help="modules drawn (by --seed) evenly over four strata of size; 0: every one")
+    ] = 400,
+    hold_out_every: Annotated[
+        int | None, typer.Option(help="leave out every K-th module by name (what `optgym evaluate --every K` checks)")
+    ] = None,
+    allowance: Annotated[
+        str, typer.Option(help="the allowance's 0/1 gates (comma-separated; 'default': optgym.policies.allowance's)")
+    ] = "default",
+    step: Annotated[float, typer.Option(help="first step on each coordinate (a power of two, margin units)")] = 0.25,
+    min_step: Annotated[float, typer.Option(help="a coordinate whose step falls below this is done")] = 1 / 64,
+    max_worse: Annotated[
+        float, typer.Option(help="largest share of the sample's modules a kept move may leave > 1 % worse")
+    ] = 0.02,
+    sweeps: Annotated[
+        int | None, typer.Option(help="sweeps over the coordinates (default 8; with --resume: a new total)")
+    ] = None,
+    max_compiles: Annotated[int, typer.Option(help="stop once this many compiles are spent")] = 8000,
+    workers: Workers = None,
+    seed: Annotated[int, typer.Option(help="seed of the sample's draw and of the coordinate order")] = 0,
+    timeout: Timeout = 120.0,
+    final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
+    resume: Annotated[Path | None, typer.Option(help="continue this run after its latest sweep")] = None,
+) -> None:
+    """Compass search of the inline allowance on a fixed training sample, for the smallest total under a cap on the
+    modules made worse; modules a candidate does not change are replayed, not compiled. See optgym.train.pattern."""
+    from optgym.errors import OptgymError
+    from optgym.train.pattern import PatternConfig, config_from_run, train_pattern
+
+    try:
+        if resume is not None:
+            cfg = config_from_run(resume)
+            cfg.output = str(resume)
+            resume_options(ctx, cfg, "sweeps")
+            cfg.sweeps = sweeps or cfg.sweeps
+            train_pattern(cfg, resume=True, say=console.print)
+            return
+        if corpus is None or output is None:
+            _fail("--corpus and -o are required (or --resume RUN)")
+        cfg = PatternConfig(corpus=str(corpus), output=str(output), split=split, language=language,
+                            sample=sample or None, hold_out_every=hold_out_every, gates=_allowance_gates(allowance),
+                            step=step, min_step=min_step, max_worse=max_worse, sweeps=sweeps or 8,
+                            max_compiles=max_compiles, workers=workers, seed=seed, timeout=timeout,
+                            final_eval=final_eval)  # fmt: skip
+        train_pattern(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))
 

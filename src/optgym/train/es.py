@@ -147,12 +147,15 @@ class ESTask:
 
 
 @functools.lru_cache(maxsize=4)
-def _template(policy_dir: str) -> TrainedPolicy:
+def policy_template(policy_dir: str) -> TrainedPolicy:
+    """A worker's copy of a run's policy (architecture, vocab), loaded once per process: every task then builds
+    its candidate with ``with_parameters``."""
     return load_policy_dir(policy_dir)
 
 
 @functools.lru_cache(maxsize=4)
-def _context(problem_name: str, companions: tuple[str, ...] = ()):
+def problem_context(problem_name: str, companions: tuple[str, ...] = ()):
+    """A worker's problem and the toolchain that has its hook (and its companions'), found once per process."""
     from optgym.problems import get_problem
     from optgym.toolchain import find_toolchain
 
@@ -165,9 +168,9 @@ def es_rollout(task: ESTask) -> dict[str, Any]:
     from optgym.problems import get_problem
     from optgym.rollout import baseline, rollout
 
-    problem, toolchain = _context(task.problem, tuple(name for name, _ in task.companions))
+    problem, toolchain = problem_context(task.problem, tuple(name for name, _ in task.companions))
     module = local_module(task.source)
-    policy = _template(str(local_path(task.policy_dir))).with_parameters(task.params.astype(np.float64))
+    policy = policy_template(str(local_path(task.policy_dir))).with_parameters(task.params.astype(np.float64))
     companions = [(get_problem(name), factory.build()) for name, factory in task.companions]
     base = baseline(problem, module, toolchain, timeout=task.timeout)
     run = rollout(problem, module, toolchain, policy, timeout=task.timeout, companions=companions)

@@ -51,6 +51,12 @@ def of_language(modules: Iterable[Module], language: str | None) -> list[Module]
     return [m for m in modules if language in (None, m.family)]
 
 
+def every_kth(names: Iterable[str], k: int) -> list[str]:
+    """Every ``k``-th of ``names`` in sorted order: the fixed sample ``optgym evaluate --every K`` compiles, which a
+    trainer's ``--hold-out-every K`` leaves out of its training so that the sample checks it on modules it never saw."""
+    return sorted(names)[::k]
+
+
 def modules_to_train_on(side: Corpus, language: str | None) -> list[Module]:
     """``of_language`` of a split side, refused while nothing is lost if it is empty: a trainer calls this before
     its run directory exists, so a run on a language the side lacks leaves nothing behind."""

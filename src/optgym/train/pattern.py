@@ -1,0 +1,361 @@
+"""``optgym train pattern``: the inline allowance fitted by pattern search to the build's own objective.
+
+Why another trainer for the same dozen numbers. ES trains the allowance (:mod:`optgym.policies.allowance`) on a
+penalized fitness averaged over small random batches, and on its own training modules it ends level with the hand
+rule at best (docs/experiments/2026-11-27-imitated-allowance.md): its iterates drift along directions a batch
+barely constrains, and its fitness is not what a size target counts. What a target counts is the **total bytes
+of a fixed set of modules, with at most a given share of them more than 1 % larger than clang's**. This trainer
+minimizes exactly that, on a fixed seeded sample of training modules, by compass search (a derivative-free
+method with a convergence guarantee on such piecewise-constant objectives only in the weak sense: it stops at a
+point no single coordinate step improves):
+
+1. start at clang's decisions (every weight 0) with a step of ``step`` on every coordinate (the bias and each
+   gate's weight);
+2. per sweep, in a seeded order, try each coordinate one step up and one step down; keep the better move if it
+   lowers the sample's total and keeps the regressions under the cap, and then double that coordinate's step;
+   else halve it;
+3. stop when every step is below ``min_step``, after ``sweeps`` sweeps, or when ``max_compiles`` are spent.
+
+**Why it is affordable: replay.** An allowance's decision at a call site is a function of the inputs it reads
+there (clang's answer, the cost margin, the gates), and clang is deterministic, so a compile is fully described by
+its trajectory of (inputs, decision). Each compile's trajectory is kept. A candidate that gives every recorded
+state of a module the decision recorded there would reach the same states and the same object, so its size is
+known without compiling. Only the modules where a candidate changes a decision are compiled, and a small step
+changes few. The replay is checked: a compiled trajectory that its own policy would not reproduce is counted
+(``replay_mismatches``), and the figures a claim rests on come from ``optgym evaluate``, never from the cache.
+
+Steps are powers of two, so every weight is a dyadic fraction that float32 (how a policy is stored) holds
+exactly: the saved policy decides as the searched one did.
+
+A run directory holds ``config.toml``, ``progress.csv`` (one row per candidate: its coordinate, value, total and
+regressions, whether it was kept, compiles spent), TensorBoard scalars, ``snapshots/<sweep>/`` (the policy and
+the search state) and ``final/policy``; ``--resume RUN`` continues from the latest sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optgym.corpus import Corpus, Module
+from optgym.corpus.portable import PortableModule, local_module, portable_modules
+from optgym.corpus.split import draw_modules
+from optgym.parallel import run_tasks
+from optgym.parallel.portable import PortablePath, local_path, portable_path
+from optgym.policies.allowance import DEFAULT_GATES, allowance_policy, describe, trainable
+from optgym.policies.mlp import MLPPolicy
+from optgym.policies.trained import latest_snapshot
+from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
+from optgym.rollout.decider import DecisionPoint
+from optgym.toolchain.language import is_cxx
+from optgym.train.es import policy_template, problem_context
+from optgym.train.evaluation import more_than_1pct_worse
+from optgym.train.run import (
+    ProgressCSV,
+    RunError,
+    check_language,
+    evaluate_final,
+    every_kth,
+    modules_to_train_on,
+    prepare_run_dir,
+    read_config,
+    read_state,
+    write_config,
+    write_snapshot,
+)
+
+SAMPLE_STREAM = 11  # the random stream of the sample's draw, apart from the coordinate order's
+
+
+@dataclass
+class PatternConfig:
+    corpus: str
+    output: str
+    # None (every module) is each option's default: config.toml cannot hold None, so a resumed run reads it back so
+    split: str | None = None
+    language: str | None = None
+    sample: int | None = None  # modules drawn evenly over four strata of bitcode size
+    hold_out_every: int | None = None  # leave out every K-th module by name (what `optgym evaluate --every K` checks)
+    gates: list[str] = field(default_factory=lambda: list(DEFAULT_GATES))
+    step: float = 0.25  # the first step on every coordinate, in margin units (allowance a: exp(8a) − 1 cost units)
+    min_step: float = 1 / 64
+    max_worse: float = 0.02  # largest share of the sample's modules more than 1 % larger than clang's
+    sweeps: int = 8
+    max_compiles: int = 8000
+    workers: int | None = None
+    seed: int = 0
+    timeout: float = DEFAULT_TIMEOUT
+    final_eval: bool = True
+    problem: str = "inline-size"
+
+
+# -- one compile, recorded -------------------------------------------------------------------------------------
+
+
+class InputRecorder:
+    """Wraps an allowance policy to keep the derived inputs it read at each decision (clang's answer, the margin,
+    the gates): what a later candidate's decisions along the same trajectory are computed from."""
+
+    def __init__(self, policy: MLPPolicy) -> None:
+        self.policy = policy
+        self.rows: list[list[float]] = []
+
+    def __call__(self, point: DecisionPoint) -> tuple[int, float]:
+        raw = np.asarray(point.vector(), dtype=np.float64)
+        self.rows.append(self.policy.inputs.extras_of_one(raw, point.heuristic, is_cxx(point.language)))
+        return self.policy(point)
+
+
+@dataclass(frozen=True)
+class PatternTask:
+    problem: str
+    source: PortableModule  # the module, or under Ray its content: see corpus.portable
+    module: str
+    policy_dir: PortablePath  # the allowance's layout; the weights come from ``params``
+    params: np.ndarray
+    timeout: float
+
+
+def compile_recorded(task: PatternTask) -> dict[str, Any]:
+    """Worker: one module compiled by a candidate, with its trajectory of inputs and decisions and clang's size."""
+    problem, toolchain = problem_context(task.problem)
+    module = local_module(task.source)
+    policy = policy_template(str(local_path(task.policy_dir))).with_parameters(task.params)
+    assert isinstance(policy, MLPPolicy)  # the template is an allowance
+    recorder = InputRecorder(policy)
+    base = baseline(problem, module, toolchain, timeout=task.timeout)
+    run = rollout(problem, module, toolchain, recorder, timeout=task.timeout)
+    out: dict[str, Any] = {"module": task.module, "status": run.result.status}
+    if run.result.ok and base.ok:
+        out["text_bytes"] = int(run.result.metrics["text_bytes"])
+        out["heuristic_text_bytes"] = int(base.metrics["text_bytes"])
+        out["inputs"] = np.asarray(recorder.rows, dtype=np.float64).reshape(len(recorder.rows), len(policy.extras))
+        out["actions"] = run.trajectory.actions.astype(np.int8)
+    elif not base.ok:
+        out["status"] = f"heuristic {base.status}"
+    return out
+
+
+# -- what replay knows -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Recorded:
+    inputs: np.ndarray  # [T, E] the allowance's derived inputs at each decision
+    actions: np.ndarray  # [T] the decisions taken
+    text_bytes: int
+
+
+def inline_logit(policy: MLPPolicy) -> tuple[np.ndarray, float]:
+    """The allowance's inline logit as ``inputs @ weights + bias`` over its derived inputs (its normalized features
+    have weight 0, and the other action's logit is 0)."""
+    ((weights, bias),) = policy.weights
+    return weights[policy.normalizer.width :, 1], float(bias[1])
+
+
+def replays(record: Recorded, weights: np.ndarray, bias: float) -> bool:
+    """Whether a candidate with these inline weights takes every decision of ``record`` as recorded there."""
+    return bool(np.array_equal(record.inputs @ weights + bias > 0.0, record.actions == 1))
+
+
+@dataclass
+class Measured:
+    """A candidate on the sample: its bytes and clang's, the modules it makes > 1 % larger, compiles it cost."""
+
+    text_bytes: int
+    heuristic_text_bytes: int
+    worse: int
+    compiles: int
+    failed: int
+
+    @property
+    def ratio(self) -> float:
+        return self.text_bytes / self.heuristic_text_bytes
+
+
+class Sample:
+    """The fixed training sample and every trajectory compiled on it so far."""
+
+    def __init__(self, cfg: PatternConfig, modules: list[Module], template: PortablePath, policy: MLPPolicy):
+        self.cfg, self.template, self.policy = cfg, template, policy
+        self.names = [m.name for m in modules]
+        self.sources = dict(zip(self.names, portable_modules(modules, cfg.workers), strict=True))
+        self.recorded: dict[str, list[Recorded]] = {name: [] for name in self.names}
+        self.heuristic: dict[str, int] = {}
+        self.compiles = 0
+        self.mismatches = 0
+
+    def measure(self, params: np.ndarray, say: Callable[[str], Any]) -> Measured:
+        """``params`` on every module of the sample: replayed where a recorded trajectory fits, compiled elsewhere."""
+        candidate = self.policy.with_parameters(params)
+        weights, bias = inline_logit(candidate)
+        sizes: dict[str, int] = {}
+        for name in self.names:
+            hit = next((r for r in self.recorded[name] if replays(r, weights, bias)), None)
+            if hit is not None:
+                sizes[name] = hit.text_bytes
+        missing = [name for name in self.names if name not in sizes]
+        tasks = [PatternTask(self.cfg.problem, self.sources[name], name, self.template, params, self.cfg.timeout)
+                 for name in missing]  # fmt: skip
+        failed = 0
+        for _, out in run_tasks(compile_recorded, tasks, workers=self.cfg.workers, progress=False) if tasks else ():
+            self.compiles += 1
+            name = out["module"]
+            if "text_bytes" not in out:  # counted at clang's size, as a served build falls back to clang's object
+                failed += 1
+                say(f"{name}: {out['status']}")
+                continue
+            self.heuristic[name] = out["heuristic_text_bytes"]
+            record = Recorded(out["inputs"], out["actions"], out["text_bytes"])
+            if not replays(record, weights, bias):
+                self.mismatches += 1
+            self.recorded[name].append(record)
+            sizes[name] = record.text_bytes
+        known = [name for name in self.names if name in self.heuristic]
+        total = sum(sizes.get(name, self.heuristic[name]) for name in known)
+        clang = sum(self.heuristic[name] for name in known)
+        worse = sum(more_than_1pct_worse(sizes[name], self.heuristic[name]) for name in known if name in sizes)
+        return Measured(total, clang, worse, len(tasks), failed)
+
+
+# -- the search ----------------------------------------------------------------------------------------------------
+
+
+def training_sample(cfg: PatternConfig) -> list[Module]:
+    """The modules searched: the training side's (of ``language``), without every ``hold_out_every``-th by name,
+    then a seeded draw of ``sample`` of them, even over four strata of size. Refused before the run directory
+    exists when nothing is left."""
+    side = Corpus(cfg.corpus, split=cfg.split)
+    modules = modules_to_train_on(side, cfg.language)
+    if cfg.hold_out_every:
+        held_out = set(every_kth([m.name for m in modules], cfg.hold_out_every))
+        modules = [m for m in modules if m.name not in held_out]
+    if not modules:
+        raise RunError(f"--hold-out-every {cfg.hold_out_every} leaves no module to train on")
+    sizes = {m.name: m.bitcode.stat().st_size for m in modules}
+    rng = np.random.default_rng([cfg.seed, SAMPLE_STREAM])
+    drawn = set(draw_modules(sorted(sizes), cfg.sample, rng, "size", sizes))
+    return [m for m in modules if m.name in drawn]
+
+
+def check_config(cfg: PatternConfig) -> None:
+    check_language(cfg.language)
+    if not 0 < cfg.min_step <= cfg.step:
+        raise RunError(f"--step {cfg.step}, --min-step {cfg.min_step}: 0 < min-step ≤ step")
+    for name, value in (("--step", cfg.step), ("--min-step", cfg.min_step)):
+        if not np.log2(value).is_integer():
+            raise RunError(f"{name} {value}: a power of two (1, 0.5, 0.25 …), which float32 weights hold exactly")
+    if not 0 <= cfg.max_worse < 1:
+        raise RunError(f"--max-worse {cfg.max_worse}: a share of the sample's modules, 0 ≤ share < 1")
+    if cfg.sample is not None and cfg.sample < 1:
+        raise RunError(f"--sample {cfg.sample}: at least one module")
+    if cfg.hold_out_every is not None and cfg.hold_out_every < 2:
+        raise RunError(f"--hold-out-every {cfg.hold_out_every}: 2 or more (1 would hold out every module)")
+
+
+def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[str], Any] = print) -> dict[str, Any]:
+    """Run (or resume) the compass search for ``cfg``; returns the final results (``RUN/final/metrics.json``)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    check_config(cfg)
+    if not resume:
+        cfg.corpus = str(Path(cfg.corpus).resolve())
+    modules = training_sample(cfg)
+    run = prepare_run_dir(Path(cfg.output), resume=resume)
+    write_config(run, "pattern", asdict(cfg))
+
+    policy = allowance_policy(cfg.gates, cfg.problem)
+    policy.languages = [cfg.language] if cfg.language else None
+    theta = policy.parameters()
+    coordinates = np.flatnonzero(trainable(policy))  # the gates' weights, then the bias
+    names = [*cfg.gates, "bias"]
+    steps = np.full(len(coordinates), cfg.step)
+    sweep, spent_before = 0, 0
+    last = latest_snapshot(run) if resume else None
+    if last is not None:
+        state = read_state(last)
+        theta[coordinates] = state["params"]
+        steps, sweep, spent_before = np.asarray(state["steps"]), state["iteration"], state["compiles"]
+        say(f"resuming {run} after sweep {sweep}")
+    template = run / "template"
+    if not (template / "policy.json").exists():
+        policy.save(template)
+    sample = Sample(cfg, modules, portable_path(str(template), cfg.workers), policy)
+    writer = SummaryWriter(str(run))
+    csv = ProgressCSV(run / "progress.csv", resumed_at=("sweep", sweep))
+
+    def spent() -> int:
+        return spent_before + sample.compiles
+
+    def save(at: int) -> None:
+        state = {"params": theta[coordinates].tolist(), "steps": steps.tolist(), "compiles": spent(),
+                 "total_ratio": current.ratio, "worse": current.worse}  # fmt: skip
+        def fill(tmp: Path) -> None:
+            policy.with_parameters(theta).save(tmp / "policy")
+
+        write_snapshot(run, at, fill, state)
+
+    start = time.perf_counter()
+    current = sample.measure(theta, say)
+    cap = int(np.floor(cfg.max_worse * len(modules)))
+    say(f"{len(modules)} modules, at most {cap} of them > 1 % worse; start {current.ratio:.4f} of clang's bytes "
+        f"({current.worse} worse), {current.compiles} compiles")  # fmt: skip
+    if current.worse > cap:
+        raise RunError(f"the start already has {current.worse} modules > 1 % worse, above the cap of {cap}")
+    if last is None:
+        save(0)
+    evaluation = 0
+    while sweep < cfg.sweeps and steps.max() >= cfg.min_step and spent() < cfg.max_compiles:
+        sweep += 1
+        for k in np.random.default_rng([cfg.seed, sweep]).permutation(len(coordinates)):
+            if steps[k] < cfg.min_step or spent() >= cfg.max_compiles:
+                continue
+            best: tuple[np.ndarray, Measured] | None = None
+            for sign in (1.0, -1.0):
+                trial = theta.copy()
+                trial[coordinates[k]] += sign * steps[k]
+                measured = sample.measure(trial, say)
+                evaluation += 1
+                kept = measured.worse <= cap and measured.text_bytes < (best[1] if best else current).text_bytes
+                if kept:
+                    best = (trial, measured)
+                csv.write({"sweep": sweep, "evaluation": evaluation, "coordinate": names[k],
+                           "value": float(trial[coordinates[k]]), "total_ratio": measured.ratio,
+                           "worse": measured.worse, "better": int(kept), "compiles": spent(),
+                           "failed": measured.failed, "replay_mismatches": sample.mismatches})  # fmt: skip
+            if best is not None:
+                theta, current = best
+                steps[k] *= 2
+            else:
+                steps[k] /= 2
+        writer.add_scalar("pattern/total_ratio", current.ratio, spent())
+        writer.add_scalar("pattern/worse", current.worse, spent())
+        writer.flush()
+        save(sweep)
+        weights = ", ".join(f"{n} {w:+.4f}" for n, w in zip(names, theta[coordinates], strict=True))
+        say(f"sweep {sweep}: {current.ratio:.4f} of clang's bytes, {current.worse} worse, {spent()} compiles, "
+            f"{time.perf_counter() - start:.0f} s; {weights}")  # fmt: skip
+    writer.close()
+    final = policy.with_parameters(theta)
+    final.save(run / "final" / "policy")
+    say("allowance learned: " + ", ".join(f"{name} {w:+.4f}" for name, w in describe(final)))
+    head = {"algorithm": "pattern", "sweeps": sweep, "compiles": spent(), "sample_ratio": current.ratio,
+            "sample_worse": current.worse, "sample_modules": len(modules),
+            "replay_mismatches": sample.mismatches}  # fmt: skip
+    return evaluate_final(run, cfg.corpus, cfg.split, head, enabled=cfg.final_eval, workers=cfg.workers,
+                          timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
+
+
+def config_from_run(path: Path) -> PatternConfig:
+    algorithm, options, _ = read_config(Path(path) / "config.toml")
+    if algorithm != "pattern":
+        raise RunError(f"{path} is a {algorithm} run, not a pattern search")
+    return PatternConfig(**options)
+
+
+__all__ = ["PatternConfig", "config_from_run", "train_pattern"]

@@ -1,0 +1,125 @@
+"""``optgym train pattern``: compass search of the inline allowance, its replayed candidates checked against real
+compiles by clang-22."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import numpy as np
+import pytest
+
+from optgym.corpus import Corpus
+from optgym.corpus.portable import portable_modules
+from optgym.parallel.portable import portable_path
+from optgym.policies.allowance import allowance_policy, trainable
+from optgym.policies.mlp import MLPPolicy
+from optgym.train.evaluation import evaluate
+from optgym.train.pattern import (
+    PatternConfig,
+    PatternTask,
+    Recorded,
+    compile_recorded,
+    config_from_run,
+    inline_logit,
+    replays,
+    train_pattern,
+    training_sample,
+)
+from optgym.train.run import RunError, read_state
+
+GATES = ["at_most:callee_users:2", "at_least:node_count:8", "at_most:callee_basic_block_count:4"]
+
+
+def _config(corpus_dir, output, **kw) -> PatternConfig:
+    """A search of the whole test corpus (no split, both languages), in this process (one worker)."""
+    options = {"gates": GATES, "workers": 1, "final_eval": False}
+    return PatternConfig(str(corpus_dir), str(output), **{**options, **kw})
+
+
+def _with_bias(policy: MLPPolicy, bias: float) -> np.ndarray:
+    theta = policy.parameters()
+    theta[np.flatnonzero(trainable(policy))[-1]] = bias
+    return theta
+
+
+def test_a_replayed_candidate_compiles_to_the_size_the_replay_gives(corpus_dir, tmp_path):
+    """The cache's premise on real compiles: a candidate that takes every recorded decision as recorded compiles to
+    the recorded bytes and decisions; one that takes any differently really decides differently."""
+    policy = allowance_policy(GATES)
+    template = portable_path(str(policy.save(tmp_path / "template")), 1)
+    (zoo,) = [m for m in Corpus(corpus_dir) if m.language == "C++"]
+    (source,) = portable_modules([zoo], 1)
+
+    def compiled(bias: float) -> Recorded:
+        out = compile_recorded(PatternTask("inline-size", source, zoo.name, template, _with_bias(policy, bias), 120.0))
+        return Recorded(out["inputs"], out["actions"], out["text_bytes"])
+
+    recorded = compiled(0.25)
+    assert len(recorded.actions) and recorded.inputs.shape == (len(recorded.actions), len(policy.extras))
+    same = differs = 0
+    for bias in (0.25 + 1 / 64, 0.5, 1.0, -0.5, 2.0):
+        weights, b = inline_logit(policy.with_parameters(_with_bias(policy, bias)))
+        again = compiled(bias)
+        if replays(recorded, weights, b):
+            same += 1
+            assert again.text_bytes == recorded.text_bytes and np.array_equal(again.actions, recorded.actions)
+        else:
+            differs += 1
+            assert not np.array_equal(again.actions, recorded.actions), bias
+    assert same and differs, "both kinds of candidate must occur, or the check tests one side only"
+
+
+def test_a_search_keeps_only_smaller_moves_and_its_figure_is_a_real_compiles(corpus_dir, tmp_path):
+    """Two sweeps on real compiles: every kept move lowers the total, no kept move passes the cap, replay saves
+    compiles, and the final policy compiled by ``optgym evaluate`` gives exactly the total the search reported."""
+    run = tmp_path / "pattern"
+    results = train_pattern(_config(corpus_dir, run, sweeps=2, step=0.5, min_step=0.125), say=lambda s: None)
+    rows = list(csv.DictReader((run / "progress.csv").open()))
+    modules = len(Corpus(corpus_dir))
+    assert len(rows) >= 2 * len(GATES) + 2
+    kept = [float(r["total_ratio"]) for r in rows if r["better"] == "1"]
+    assert all(a > b for a, b in itertools.pairwise(kept))
+    assert all(int(r["worse"]) == 0 for r in rows if r["better"] == "1")  # 2 % of 3 modules: none may be worse
+    assert int(rows[-1]["compiles"]) < (len(rows) + 1) * modules, "replay saved no compile"
+    assert results["replay_mismatches"] == 0
+
+    final = MLPPolicy.load(run / "final" / "policy")
+    searched = final.parameters()[np.flatnonzero(trainable(final))]
+    assert np.array_equal(searched * 64, np.round(searched * 64)), "a weight float32 may not hold exactly"
+    report = evaluate(str(run / "final" / "policy"), corpus_dir, workers=1, progress=False)
+    ours, clangs = sum(r.texts[1] for r in report), sum(r.texts[0] for r in report)
+    assert ours / clangs == pytest.approx(results["sample_ratio"], abs=0)
+
+
+def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path):
+    run = tmp_path / "pattern"
+    train_pattern(_config(corpus_dir, run, sweeps=1), say=lambda s: None)
+    first = read_state(run / "snapshots" / f"{1:08d}")
+    cfg = config_from_run(run)
+    cfg.sweeps = 2
+    said: list[str] = []
+    train_pattern(cfg, resume=True, say=said.append)
+    assert any("after sweep 1" in line for line in said)
+    second = read_state(run / "snapshots" / f"{2:08d}")
+    assert second["compiles"] > first["compiles"]
+    sweeps = {r["sweep"] for r in csv.DictReader((run / "progress.csv").open())}
+    assert sweeps == {"1", "2"}
+
+
+def test_the_evaluate_sample_is_left_out_of_training(corpus_dir, tmp_path):
+    """``--hold-out-every K`` trains on none of the modules ``optgym evaluate --every K`` checks."""
+    from optgym.cli import sample_modules
+
+    trained = {m.name for m in training_sample(_config(corpus_dir, tmp_path / "p", hold_out_every=2))}
+    checked = set(sample_modules(Corpus(corpus_dir), None, 2) or [])
+    assert trained and checked and not trained & checked
+    assert trained | checked == {m.name for m in Corpus(corpus_dir)}
+
+
+@pytest.mark.parametrize(("option", "message"), [({"step": 0.3}, "power of two"), ({"max_worse": 1.0}, "share"),
+                                                  ({"hold_out_every": 1}, "2 or more")])  # fmt: skip
+def test_a_bad_recipe_is_refused_before_the_run_directory_exists(corpus_dir, tmp_path, option, message):
+    with pytest.raises(RunError, match=message):
+        train_pattern(_config(corpus_dir, tmp_path / "p", **option), say=lambda s: None)
+    assert not (tmp_path / "p").exists()
