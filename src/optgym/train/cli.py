@@ -7,7 +7,7 @@ commands, so ``optgym --help`` stays fast.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -91,11 +91,14 @@ def _option_name(ctx: typer.Context, name: str) -> str:
     return next((p.opts[0] for p in ctx.command.params if p.name == name), name)
 
 
-def resume_options(ctx: typer.Context, cfg: Any, budget: str) -> None:
-    """Give a resumed run's ``cfg`` the options typed with ``--resume`` that it may take (its ``budget`` option is the
-    command's to apply, then :data:`RESUME_MAY_SET`), and refuse every other typed option. Why refuse: the recipe is
-    the run's ``config.toml``, and a resume that silently dropped a typed ``--sigma 0.5`` (or took it halfway through)
-    trains something no config records. ``--no-final-eval`` with ``--resume`` used to be dropped this way."""
+def resumed(ctx: typer.Context, run: Path, load: Callable[[Path], Any], budget: str, value: int | None) -> Any:
+    """The configuration of ``run`` resumed: its recorded recipe (``load``), with the options typed beside ``--resume``
+    that it may take (its ``budget`` option set to ``value`` when given, then :data:`RESUME_MAY_SET`); every other
+    typed option is refused. Why refuse: the recipe is the run's ``config.toml``, and a resume that silently dropped a
+    typed ``--sigma 0.5`` (or took it halfway through) trains something no config records. ``--no-final-eval`` with
+    ``--resume`` used to be dropped this way."""
+    cfg = load(run)
+    cfg.output = str(run)
     typed = [n for n in ctx.params if n != "resume" and _typed(ctx, n)]
     recipe = [n for n in typed if n not in (*RESUME_MAY_SET, budget)]
     if recipe:
@@ -105,6 +108,9 @@ def resume_options(ctx: typer.Context, cfg: Any, budget: str) -> None:
     for name in RESUME_MAY_SET:
         if name in typed and hasattr(cfg, name):
             setattr(cfg, name, ctx.params[name])
+    if value is not None:
+        setattr(cfg, budget, value)
+    return cfg
 
 
 def parse_companions(items: list[str] | None) -> list[tuple[str, str]]:
@@ -294,12 +300,9 @@ def _sb3_command(algorithm: str):
 
         try:
             if resume is not None:
-                cfg = config_from_run(resume)
+                cfg = resumed(ctx, resume, config_from_run, "iterations", iterations)
                 if cfg.algorithm != algorithm:
                     _fail(f"{resume} is a {cfg.algorithm} run, not {algorithm}")
-                cfg.output = str(resume)
-                resume_options(ctx, cfg, "iterations")
-                cfg.iterations = iterations or cfg.iterations
                 train_sb3(cfg, resume=True, say=console.print)
                 return
             if corpus is None or output is None:
@@ -466,10 +469,7 @@ def es_command(
 
     try:
         if resume is not None:
-            cfg = config_from_run(resume)
-            cfg.output = str(resume)
-            resume_options(ctx, cfg, "iterations")
-            cfg.iterations = iterations or cfg.iterations
+            cfg = resumed(ctx, resume, config_from_run, "iterations", iterations)
             train_es(cfg, resume=True, say=console.print)
             return
         if corpus is None or output is None:
@@ -527,10 +527,7 @@ def pattern_command(
 
     try:
         if resume is not None:
-            cfg = config_from_run(resume)
-            cfg.output = str(resume)
-            resume_options(ctx, cfg, "sweeps")
-            cfg.sweeps = sweeps or cfg.sweeps
+            cfg = resumed(ctx, resume, config_from_run, "sweeps", sweeps)
             train_pattern(cfg, resume=True, say=console.print)
             return
         if corpus is None or output is None:
@@ -630,10 +627,7 @@ def imitate_command(
 
     try:
         if resume is not None:
-            cfg = config_from_run(resume)
-            cfg.output = str(resume)
-            resume_options(ctx, cfg, "dagger_rounds")
-            cfg.dagger_rounds = cfg.dagger_rounds if dagger_rounds is None else dagger_rounds
+            cfg = resumed(ctx, resume, config_from_run, "dagger_rounds", dagger_rounds)
             train_imitate(cfg, resume=True, say=console.print)
             return
         if not search or output is None:

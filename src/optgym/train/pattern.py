@@ -295,6 +295,7 @@ def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[st
     def save(at: int) -> None:
         state = {"params": theta[coordinates].tolist(), "steps": steps.tolist(), "compiles": spent(),
                  "total_ratio": current.ratio, "worse": current.worse}  # fmt: skip
+
         def fill(tmp: Path) -> None:
             policy.with_parameters(theta).save(tmp / "policy")
 
