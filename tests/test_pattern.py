@@ -16,11 +16,13 @@ from optgym.policies.allowance import allowance_policy, trainable
 from optgym.policies.mlp import MLPPolicy
 from optgym.train.evaluation import evaluate
 from optgym.train.pattern import (
+    Measured,
     PatternConfig,
     PatternTask,
     Recorded,
     compile_recorded,
     config_from_run,
+    improves,
     inline_logit,
     replays,
     train_pattern,
@@ -123,3 +125,10 @@ def test_a_bad_recipe_is_refused_before_the_run_directory_exists(corpus_dir, tmp
     with pytest.raises(RunError, match=message):
         train_pattern(_config(corpus_dir, tmp_path / "p", **option), say=lambda s: None)
     assert not (tmp_path / "p").exists()
+
+
+def test_a_move_is_kept_only_for_fewer_bytes_within_the_cap():
+    current = Measured(text_bytes=1000, heuristic_text_bytes=1100, worse=2, compiles=0, failed=0)
+    assert improves(Measured(999, 1100, 2, 0, 0), current, cap=2)
+    assert not improves(Measured(900, 1100, 3, 0, 0), current, cap=2), "bytes must not buy a regression past the cap"
+    assert not improves(Measured(1000, 1100, 0, 0, 0), current, cap=2), "a tie is no improvement"
