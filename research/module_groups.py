@@ -5,7 +5,8 @@ training or held-out packages here, so a claim about unseen code must count the 
 
     python research/module_groups.py REPORT_DIR GROUP=REGEX [GROUP=REGEX …]
 
-Berkeley text and ``.text`` per group (policy ÷ clang), and the modules more than 1 % worse.
+Berkeley text and ``.text`` per group (policy ÷ clang), and the modules more than 1 % worse. A module counts in
+the first group whose pattern it matches, and in none when it matches none.
 """
 
 from __future__ import annotations
@@ -13,33 +14,40 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from optgym.train.evaluation import more_than_1pct_worse
 
-def main() -> None:
-    report, specs = Path(sys.argv[1]), [arg.split("=", 1) for arg in sys.argv[2:]]
-    rows = list(csv.DictReader((report / "modules.csv").open()))
-    totals = {name: [0, 0, 0, 0, 0, 0] for name, _ in specs}
+FIELDS = ("heuristic_text", "policy_text", "heuristic_dottext", "policy_dottext")
+
+
+def group_totals(rows: Iterable[dict[str, str]], groups: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """Per group: the four byte sums of its compiled modules, their count and how many are more than 1 % worse.
+    Sums, not means of ratios: a group's ratio is its bytes over clang's."""
+    totals = {name: dict.fromkeys((*FIELDS, "modules", "worse"), 0) for name, _ in groups}
     for row in rows:
         if row["status"] != "ok":
             continue
-        for name, pattern in specs:
-            if re.search(pattern, row["module"]):
-                t = totals[name]
-                h, p = int(row["heuristic_text"]), int(row["policy_text"])
-                t[0] += h
-                t[1] += p
-                t[2] += int(row["heuristic_dottext"])
-                t[3] += int(row["policy_dottext"])
-                t[4] += 1
-                t[5] += p > 1.01 * h
-                break
-    for name, (h, p, hd, pd, n, worse) in totals.items():
-        if n:
-            print(f"{name:12s} {n:3d} modules  text {p / h:.4f}  .text {pd / hd:.4f}  > 1 % worse {worse}  ({h} B)")
-    h = sum(t[0] for t in totals.values())
-    p = sum(t[1] for t in totals.values())
-    print(f"{'together':12s} {sum(t[4] for t in totals.values()):3d} modules  text {p / h:.4f}")
+        name = next((name for name, pattern in groups if re.search(pattern, row["module"])), None)
+        if name is None:
+            continue
+        t = totals[name]
+        for field in FIELDS:
+            t[field] += int(row[field])
+        t["modules"] += 1
+        t["worse"] += more_than_1pct_worse(int(row["policy_text"]), int(row["heuristic_text"]))
+    return totals
+
+
+def main() -> None:
+    report, groups = Path(sys.argv[1]), [tuple(arg.split("=", 1)) for arg in sys.argv[2:]]
+    totals = group_totals(csv.DictReader((report / "modules.csv").open()), groups)  # type: ignore[arg-type]
+    for name, t in totals.items():
+        if t["modules"]:
+            print(f"{name:12s} {t['modules']:3d} modules  text {t['policy_text'] / t['heuristic_text']:.4f}  "
+                  f".text {t['policy_dottext'] / t['heuristic_dottext']:.4f}  > 1 % worse {t['worse']}  "
+                  f"({t['heuristic_text']} B)")  # fmt: skip
 
 
 if __name__ == "__main__":

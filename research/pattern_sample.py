@@ -24,8 +24,10 @@ def main() -> None:
     names = [m.name for m in training_sample(cfg)]
     rows = evaluate(args.policy, cfg.corpus, modules=names, workers=args.workers, progress=False)
     s = summarize(rows)
-    print(f"{args.policy} on {args.run}'s {len(names)} training modules: total {s['total_ratio']:.4f}, "
-          f"> 1 % worse {s['regressed_over_1pct']}, failed {s['failed']}")
+    print(
+        f"{args.policy} on {args.run}'s {len(names)} training modules: total {s['total_ratio']:.4f}, "
+        f"> 1 % worse {s['regressed_over_1pct']}, failed {s['failed']}"
+    )
 
 
 if __name__ == "__main__":
