@@ -5,9 +5,9 @@ penalized fitness averaged over small random batches, and on its own training mo
 rule at best (docs/experiments/2026-11-27-imitated-allowance.md): its iterates drift along directions a batch
 barely constrains, and its fitness is not what a size target counts. What a target counts is the **total bytes
 of a fixed set of modules, with at most a given share of them more than 1 % larger than clang's**. This trainer
-minimizes exactly that, on a fixed seeded sample of training modules, by compass search (a derivative-free
-method with a convergence guarantee on such piecewise-constant objectives only in the weak sense: it stops at a
-point no single coordinate step improves):
+minimizes exactly that, on a fixed seeded sample of training modules, by compass search. That is a
+derivative-free method, and the objective is piecewise constant, so all it promises is a weak local optimum: it
+stops at a point that no single coordinate step improves.
 
 1. start at clang's decisions (every weight 0) with a step of ``step`` on every coordinate (the bias and each
    gate's weight);
