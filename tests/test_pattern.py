@@ -132,3 +132,33 @@ def test_a_move_is_kept_only_for_fewer_bytes_within_the_cap():
     assert improves(Measured(999, 1100, 2, 0, 0), current, cap=2)
     assert not improves(Measured(900, 1100, 3, 0, 0), current, cap=2), "bytes must not buy a regression past the cap"
     assert not improves(Measured(1000, 1100, 0, 0, 0), current, cap=2), "a tie is no improvement"
+
+
+def test_a_start_past_the_cap_first_walks_back_into_it():
+    """A warm start with more regressions than the cap allows: fewer regressions is progress whatever the bytes,
+    and more is never, however many bytes it saves."""
+    past = Measured(text_bytes=1000, heuristic_text_bytes=1100, worse=5, compiles=0, failed=0)
+    assert improves(Measured(1050, 1100, 4, 0, 0), past, cap=2)
+    assert improves(Measured(990, 1100, 5, 0, 0), past, cap=2)
+    assert not improves(Measured(500, 1100, 6, 0, 0), past, cap=2)
+
+
+def test_a_warm_start_is_where_the_search_begins_and_another_layout_is_refused(corpus_dir, tmp_path):
+    """The start's weights, snapped to a grid of 2⁻¹² (float32 then holds every step's result), are snapshot 0; a
+    start with other gates is refused before the run directory exists."""
+    start = allowance_policy(GATES)
+    theta = start.parameters()
+    coordinates = np.flatnonzero(trainable(start))
+    theta[coordinates] = [0.3, -0.1, 0.2, 0.05]  # not on the grid
+    start.with_parameters(theta).save(tmp_path / "imitated")
+    run = tmp_path / "pattern"
+    train_pattern(_config(corpus_dir, run, sweeps=1, warmstart=str(tmp_path / "imitated")), say=lambda s: None)
+    first = np.asarray(read_state(run / "snapshots" / f"{0:08d}")["params"])
+    stored = MLPPolicy.load(tmp_path / "imitated").parameters()[coordinates]
+    assert np.array_equal(first, np.round(stored * 4096) / 4096) and np.abs(first - stored).max() <= 2**-13
+    assert not np.array_equal(first, np.zeros(len(coordinates)))
+
+    allowance_policy(GATES[:2]).save(tmp_path / "other")
+    with pytest.raises(RunError, match="gates are"):
+        train_pattern(_config(corpus_dir, tmp_path / "p2", warmstart=str(tmp_path / "other")), say=lambda s: None)
+    assert not (tmp_path / "p2").exists()

@@ -505,6 +505,9 @@ def pattern_command(
     allowance: Annotated[
         str, typer.Option(help="the allowance's 0/1 gates (comma-separated; 'default': optgym.policies.allowance's)")
     ] = "default",
+    warmstart: Annotated[
+        Path | None, typer.Option(help="start from this allowance (same gates; train imitate --allowance makes one)")
+    ] = None,
     step: Annotated[float, typer.Option(help="first step on each coordinate (a power of two, margin units)")] = 0.25,
     min_step: Annotated[float, typer.Option(help="a coordinate whose step falls below this is done")] = 1 / 64,
     max_worse: Annotated[
@@ -534,6 +537,7 @@ def pattern_command(
             _fail("--corpus and -o are required (or --resume RUN)")
         cfg = PatternConfig(corpus=str(corpus), output=str(output), split=split, language=language,
                             sample=sample or None, hold_out_every=hold_out_every, gates=_allowance_gates(allowance),
+                            warmstart=str(warmstart) if warmstart else None,
                             step=step, min_step=min_step, max_worse=max_worse, sweeps=sweeps or 8,
                             max_compiles=max_compiles, workers=workers, seed=seed, timeout=timeout,
                             final_eval=final_eval)  # fmt: skip

@@ -293,7 +293,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         if not corpus:
             raise RunError("the validation packages are the whole training side: nothing is left to train on")
     if cfg.allowance and cfg.warmstart and not resume:  # a start of another layout, too
-        _check_allowance_start(cfg)
+        allowance_start(cfg.warmstart, cfg.problem, cfg.allowance, cfg.heuristic_weight)
     # a companion that cannot be loaded refuses the run before its directory exists, too
     with_policies = companion_factories(cfg.problem, [(name, spec) for name, spec in cfg.companions], cfg.workers)
     prepare_run_dir(run, resume=resume)
@@ -457,17 +457,20 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 VALIDATION_FILE = "validation.json"
 
 
-def _check_allowance_start(cfg: ESConfig) -> None:
-    """Refuse an ``--allowance`` run whose warm start (e.g. an imitated allowance, which ES trains further) is not
-    of the family asked for: loaded aside, so that the refused run leaves no directory behind."""
+def allowance_start(spec: str, problem: str, gates: list[str], heuristic_weight: float = HEURISTIC_WEIGHT) -> MLPPolicy:
+    """The allowance a run starts from (``--warmstart``: e.g. an imitated allowance, which ES or a pattern search
+    trains further), refused unless it is of the family asked for. It is loaded aside, so a refused run leaves no
+    directory behind."""
     with tempfile.TemporaryDirectory() as aside:
-        found = warm_start_dir(cfg.warmstart, cfg.problem, Path(aside))  # type: ignore[arg-type]
+        found = warm_start_dir(spec, problem, Path(aside))
         if found is None:
-            raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
+            raise RunError(f"--warmstart {spec} holds no policy")
+        policy = load_policy_dir(found)
         try:
-            check_start(load_policy_dir(found), cfg.allowance, cfg.heuristic_weight)  # type: ignore[arg-type]
+            check_start(policy, gates, heuristic_weight)  # type: ignore[arg-type]
         except AllowanceError as e:
-            raise RunError(f"--warmstart {cfg.warmstart}: {e}") from None
+            raise RunError(f"--warmstart {spec}: {e}") from None
+    return policy  # type: ignore[return-value]
 
 
 def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:
