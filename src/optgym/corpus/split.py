@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION, Corpus
+from optgym.corpus.corpus import DESCRIPTION, FORMAT_VERSION, Corpus, Module
 from optgym.corpus.staging import read_description
 from optgym.errors import CorpusError
 from optgym.files import atomic_write_bytes
@@ -55,6 +55,14 @@ def draw_modules(modules: list[str], count: int | None, rng: np.random.Generator
     for take, stratum in zip(takes, strata, strict=True):
         chosen += rng.choice(stratum, take, replace=False).tolist()
     return sorted(chosen)
+
+
+def draw_by_size(modules: list[Module], count: int | None, rng: np.random.Generator) -> list[Module]:
+    """``count`` of ``modules`` drawn by :func:`draw_modules` evenly over strata of bitcode size, in their order: the
+    fixed training sample of a search (``optgym train search --sample``) or a pattern search."""
+    sizes = {m.name: m.bitcode.stat().st_size for m in modules}
+    drawn = set(draw_modules(sorted(sizes), count, rng, "size", sizes))
+    return [m for m in modules if m.name in drawn]
 
 
 def group_of(name: str, by: str) -> str:

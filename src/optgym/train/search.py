@@ -75,7 +75,7 @@ import pyarrow.parquet as pq
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
-from optgym.corpus.split import draw_modules
+from optgym.corpus.split import draw_by_size
 from optgym.errors import OptgymError
 from optgym.files import atomic_write_bytes, read_versioned
 from optgym.parallel import ray_backend_address, run_tasks
@@ -799,9 +799,9 @@ def draw_sample(
     trainer's seeds see different searched data."""
     if count < 1:
         raise SearchError(f"--sample {count}: at least one module")
-    sizes = {m.name: m.bitcode.stat().st_size for m in modules}
-    drawn = set(draw_modules(sorted(sizes), count, np.random.default_rng([seed, SAMPLE_STREAM]), "size", sizes))
-    return [m for m in modules if m.name in drawn], {d: m for d, m in duplicates.items() if m in drawn}
+    chosen = draw_by_size(modules, count, np.random.default_rng([seed, SAMPLE_STREAM]))
+    drawn = {m.name for m in chosen}
+    return chosen, {d: m for d, m in duplicates.items() if m in drawn}
 
 
 def read_search(path: Path | str) -> dict[str, Any]:
