@@ -48,7 +48,7 @@ import numpy as np
 
 from optgym.corpus import Corpus, Module
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
-from optgym.corpus.split import draw_modules
+from optgym.corpus.split import draw_by_size
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies.allowance import DEFAULT_GATES, allowance_policy, describe, trainable
@@ -125,6 +125,7 @@ class PatternTask:
     policy_dir: PortablePath  # the allowance's layout; the weights come from ``params``
     params: np.ndarray
     timeout: float
+    baseline: bool = True  # clang's own size too; the driver asks once per module (the cache re-hashes the bitcode)
 
 
 def compile_recorded(task: PatternTask) -> dict[str, Any]:
@@ -134,16 +135,17 @@ def compile_recorded(task: PatternTask) -> dict[str, Any]:
     policy = policy_template(str(local_path(task.policy_dir))).with_parameters(task.params)
     assert isinstance(policy, MLPPolicy)  # the template is an allowance
     recorder = InputRecorder(policy)
-    base = baseline(problem, module, toolchain, timeout=task.timeout)
+    base = baseline(problem, module, toolchain, timeout=task.timeout) if task.baseline else None
     run = rollout(problem, module, toolchain, recorder, timeout=task.timeout)
     out: dict[str, Any] = {"module": task.module, "status": run.result.status}
-    if run.result.ok and base.ok:
+    if base is not None and not base.ok:
+        out["status"] = f"heuristic {base.status}"
+    elif run.result.ok:
         out["text_bytes"] = int(run.result.metrics["text_bytes"])
-        out["heuristic_text_bytes"] = int(base.metrics["text_bytes"])
+        if base is not None:
+            out["heuristic_text_bytes"] = int(base.metrics["text_bytes"])
         out["inputs"] = np.asarray(recorder.rows, dtype=np.float64).reshape(len(recorder.rows), len(policy.extras))
         out["actions"] = run.trajectory.actions.astype(np.int8)
-    elif not base.ok:
-        out["status"] = f"heuristic {base.status}"
     return out
 
 
@@ -206,8 +208,8 @@ class Sample:
             if hit is not None:
                 sizes[name] = hit.text_bytes
         missing = [name for name in self.names if name not in sizes]
-        tasks = [PatternTask(self.cfg.problem, self.sources[name], name, self.template, params, self.cfg.timeout)
-                 for name in missing]  # fmt: skip
+        tasks = [PatternTask(self.cfg.problem, self.sources[name], name, self.template, params, self.cfg.timeout,
+                             baseline=name not in self.heuristic) for name in missing]  # fmt: skip
         failed = 0
         for _, out in run_tasks(compile_recorded, tasks, workers=self.cfg.workers, progress=False) if tasks else ():
             self.compiles += 1
@@ -216,7 +218,8 @@ class Sample:
                 failed += 1
                 say(f"{name}: {out['status']}")
                 continue
-            self.heuristic[name] = out["heuristic_text_bytes"]
+            if "heuristic_text_bytes" in out:  # the module's first compile
+                self.heuristic[name] = out["heuristic_text_bytes"]
             record = Recorded(out["inputs"], out["actions"], out["text_bytes"])
             if not replays(record, weights, bias):
                 self.mismatches += 1
@@ -254,10 +257,7 @@ def training_sample(cfg: PatternConfig) -> list[Module]:
         modules = [m for m in modules if m.name not in held_out]
     if not modules:
         raise RunError(f"--hold-out-every {cfg.hold_out_every} leaves no module to train on")
-    sizes = {m.name: m.bitcode.stat().st_size for m in modules}
-    rng = np.random.default_rng([cfg.seed, SAMPLE_STREAM])
-    drawn = set(draw_modules(sorted(sizes), cfg.sample, rng, "size", sizes))
-    return [m for m in modules if m.name in drawn]
+    return draw_by_size(modules, cfg.sample, np.random.default_rng([cfg.seed, SAMPLE_STREAM]))
 
 
 def check_config(cfg: PatternConfig) -> None:
