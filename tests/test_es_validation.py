@@ -9,25 +9,24 @@ import pytest
 
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import snapshot_dirs
-from optgym.train.es import VALIDATION_FILE, ESConfig, train_es, validation_modules
+from optgym.train.es import ESConfig, train_es
 from optgym.train.run import RunError
+from optgym.train.validation import VALIDATION_FILE, validation_modules
 
 GATES = ["at_most:callee_users:2", "at_least:node_count:100"]
 
 
-def test_the_named_packages_are_held_back_and_a_share_is_a_fixed_draw(corpus_dir, tmp_path):
+def test_the_named_packages_are_held_back_and_a_share_is_a_fixed_draw():
     names = ["a/x.o", "a/y.o", "b/z.o", "c/w.o"]
-    named = ESConfig(str(corpus_dir), str(tmp_path), validation_groups=["b"])
-    assert validation_modules(names, named) == ["b/z.o"]
-    share = [validation_modules(names, ESConfig(str(corpus_dir), str(tmp_path), seed=s, validation_percent=34))
-             for s in (0, 1, 2)]  # fmt: skip
-    assert share[0] == share[1] == share[2] and len({n.split("/")[0] for n in share[0]}) == 1  # the run's seed: no
-    assert validation_modules(names, ESConfig(str(corpus_dir), str(tmp_path))) == []
+    assert validation_modules(names, ["b"], 0.0) == ["b/z.o"]
+    share = validation_modules(names, [], 34)
+    assert len({n.split("/")[0] for n in share}) == 1  # whole packages
+    assert validation_modules(names, [], 34) == share  # a fixed draw: every seed of a recipe validates on it
+    assert validation_modules(names, [], 0.0) == []
     with pytest.raises(RunError, match="validation-groups"):
-        validation_modules(names, ESConfig(str(corpus_dir), str(tmp_path), validation_groups=["nope"]))
+        validation_modules(names, ["nope"], 0.0)
     with pytest.raises(RunError, match="not both"):
-        validation_modules(names, ESConfig(str(corpus_dir), str(tmp_path), validation_groups=["b"],
-                                           validation_percent=10))  # fmt: skip
+        validation_modules(names, ["b"], 10)
 
 
 def test_every_snapshot_is_validated_and_the_best_one_is_final(corpus_dir, tmp_path):

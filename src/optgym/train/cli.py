@@ -34,6 +34,13 @@ Warmstart = Annotated[
     Path | None,
     typer.Option(help="BC directory or any policy dir to start from (ES also: an exported .onnx, or pretrained)"),
 ]
+ValidationGroups = Annotated[
+    str | None,
+    typer.Option(help="hold these training packages back (comma-separated); the final policy: the best snapshot"),
+]
+ValidationPercent = Annotated[
+    float, typer.Option(help="hold back this share of the training packages (a fixed draw) to pick the snapshot")
+]
 WarmVocab = Annotated[Path | None, typer.Option(help="vocab JSON (default: the warm start's)")]
 Extras = Annotated[
     str,
@@ -293,6 +300,8 @@ def _sb3_command(algorithm: str):
             ),
         ] = None,
         language: TrainLanguage = None,
+        validation_groups: ValidationGroups = None,
+        validation_percent: ValidationPercent = 0.0,
         resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
     ) -> None:
         from optgym.errors import OptgymError
@@ -314,7 +323,9 @@ def _sb3_command(algorithm: str):
                             seed=seed, timeout=timeout, learning_rate=learning_rate, gamma=gamma,
                             final_eval=final_eval, optimal_decision=optimal_decision, critic=critic,
                             temperature=temperature, credit=credit,
-                            allowance=_allowance_gates(allowance), language=language)  # fmt: skip
+                            allowance=_allowance_gates(allowance), language=language,
+                            validation_groups=comma_list(validation_groups, {}),
+                            validation_percent=validation_percent)  # fmt: skip
             train_sb3(cfg, say=console.print)
         except OptgymError as e:
             _fail(str(e))
@@ -448,13 +459,8 @@ def es_command(
             "from clang's decisions or from --warmstart, an allowance with these gates (train imitate --allowance)"
         ),
     ] = None,
-    validation_groups: Annotated[
-        str | None,
-        typer.Option(help="hold these training packages back (comma-separated); the final policy: the best snapshot"),
-    ] = None,
-    validation_percent: Annotated[
-        float, typer.Option(help="hold back this share of the training packages (a fixed draw) to pick the snapshot")
-    ] = 0.0,
+    validation_groups: ValidationGroups = None,
+    validation_percent: ValidationPercent = 0.0,
     heuristic_weight: Annotated[
         float,
         typer.Option(help="an allowance's weight on clang's answer: 4 only adds inlines; below 1 it can withdraw them"),

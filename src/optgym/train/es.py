@@ -37,7 +37,6 @@ policy) are written atomically every ``snapshot_every`` iterations; ``--resume R
 from __future__ import annotations
 
 import functools
-import json
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -48,10 +47,7 @@ import numpy as np
 
 from optgym.corpus import Corpus
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
-from optgym.corpus.split import BATCHING, compute_split, draw_modules, effective_by
-from optgym.corpus.staging import read_description
-from optgym.errors import CorpusError
-from optgym.files import atomic_write_bytes
+from optgym.corpus.split import BATCHING, draw_modules
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies import PolicyFactory, pretrained_path
@@ -67,10 +63,10 @@ from optgym.policies.embedded import unpack_policy
 from optgym.policies.exported import ExportError
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
-from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of, snapshot_dirs
+from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
-from optgym.train.evaluation import companion_factories, evaluate, more_than_1pct_worse, summarize
+from optgym.train.evaluation import companion_factories, more_than_1pct_worse
 from optgym.train.run import (
     ProgressCSV,
     RunError,
@@ -85,6 +81,8 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
+from optgym.train.validation import Validation, held_back, write_selection
+from optgym.train.validation import describe as describe_validation
 
 
 @dataclass
@@ -284,14 +282,12 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
     split_side = Corpus(cfg.corpus, split=cfg.split)  # the training and the validation modules
     corpus = modules_to_train_on(split_side, cfg.language)
-    # validation packages are refused, like a bad companion, before the run directory exists
-    by = effective_by(read_description(Path(cfg.corpus)), "package")
-    validation = validation_modules([m.name for m in corpus], cfg, by)
-    if validation:
-        held_back = set(validation)
-        corpus = [m for m in corpus if m.name not in held_back]
-        if not corpus:
-            raise RunError("the validation packages are the whole training side: nothing is left to train on")
+    held = held_back(cfg.corpus, [m.name for m in corpus], cfg.validation_groups, cfg.validation_percent)
+    corpus = [m for m in corpus if m.name not in set(held)]
+    total = functools.partial(direction_fitness, fitness="total", loss_weight=cfg.loss_weight,
+                              worse_penalty=cfg.worse_penalty)  # fmt: skip
+    validation = Validation(split_side, held, cfg.problem, cfg.workers, cfg.timeout, total,
+                            [(name, spec) for name, spec in cfg.companions]) if held else None  # fmt: skip
     if cfg.allowance and cfg.warmstart and not resume:  # a start of another layout, too
         allowance_start(cfg.warmstart, cfg.problem, cfg.allowance, cfg.heuristic_weight)
     # a companion that cannot be loaded refuses the run before its directory exists, too
@@ -344,15 +340,12 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
         snapshot = write_snapshot(run, it, fill, {"time": time.time()})
         if validation:
-            record = validate_snapshot(snapshot, cfg, split_side, validation)
-            if record["fitness"] is None:
-                say(f"validation at {it}: no validation module compiled ({record['failed']} failed)")
-                return
-            for key in ("fitness", "total_ratio", "worse_share"):
-                writer.add_scalar(f"validation/{key}", record[key], it)
-            writer.flush()
-            say(f"validation at {it}: {record['total_ratio']:.4f} of clang's bytes, {record['worse']} of "
-                f"{record['modules']} modules > 1 % worse, fitness {record['fitness']:+.4f}")  # fmt: skip
+            record = validation.snapshot(snapshot)
+            say(describe_validation(record))
+            if record["fitness"] is not None:
+                for key in ("fitness", "total_ratio", "worse_share"):
+                    writer.add_scalar(f"validation/{key}", record[key], it)
+                writer.flush()
 
     writer = SummaryWriter(str(run))
     if last is None:
@@ -428,15 +421,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             + (f"  failures {failures}" if failures else ""))  # fmt: skip
         if iteration % cfg.snapshot_every == 0 or iteration == cfg.iterations:
             save(iteration, theta)
-    if validation:  # every snapshot validated (one a kill left unvalidated, too): the best one is final
-        validated = {snap: validate_snapshot(snap, cfg, split_side, validation) for snap in snapshot_dirs(run)}
-
-        def rank(snap: Path) -> tuple[float, int]:  # a snapshot nothing compiled for ranks last; a tie: the earlier
-            fitness = validated[snap]["fitness"]
-            return (float("-inf") if fitness is None else fitness), -validated[snap]["iteration"]
-
-        chosen = max(validated, key=rank)
-        best, records = validated[chosen], list(validated.values())
+    if validation:  # every snapshot validated: the best one is final
+        chosen, best, records = validation.choose(run)
         with np.load(chosen / "es_state.npz") as z:
             theta = z["theta"].copy()
         say(f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})")
@@ -444,17 +430,12 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     policy = policy.with_parameters(theta)
     policy.save(run / "final" / "policy")
     if validation:
-        atomic_write_bytes(run / "final" / VALIDATION_FILE, json.dumps({"selected": best, "snapshots": records},
-                                                                      indent=2).encode())  # fmt: skip
+        write_selection(run, best, records)
     if cfg.allowance:
         say("allowance learned: " + ", ".join(f"{name} {w:+.3f}" for name, w in describe(policy)))  # type: ignore[arg-type]
     head = {"algorithm": "es", "iterations": cfg.iterations, "directions": cfg.directions}
     return evaluate_final(run, cfg.corpus, cfg.split, head, enabled=cfg.final_eval, workers=cfg.workers,
                           timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
-
-
-#: The figures of one snapshot on the validation packages, in the snapshot (and, for all of them, in ``RUN/final``).
-VALIDATION_FILE = "validation.json"
 
 
 def allowance_start(spec: str, problem: str, gates: list[str], heuristic_weight: float = HEURISTIC_WEIGHT) -> MLPPolicy:
@@ -489,47 +470,6 @@ def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:
     return policy_dir_of(path)
 
 
-def validation_modules(names: list[str], cfg: ESConfig, by: str = "package") -> list[str]:
-    """The training side's modules held back for validation (``--validation-groups`` or
-    ``--validation-percent``), by package as the held-out split is (``by``: ``"module"`` for a corpus without
-    packages). The draw's seed is fixed, not the run's, so every seed of a recipe validates on the same
-    packages and trains on the same rest."""
-    if not cfg.validation_groups and not cfg.validation_percent:
-        return []
-    if cfg.validation_groups and cfg.validation_percent:
-        raise RunError("--validation-groups or --validation-percent, not both")
-    try:
-        _, held = compute_split(names, cfg.validation_percent, 0, by, cfg.validation_groups)
-    except CorpusError as e:
-        raise RunError(str(e).replace("--test-groups", "--validation-groups")) from None
-    return held
-
-
-def validate_snapshot(snapshot: Path, cfg: ESConfig, corpus: Corpus, modules: list[str]) -> dict[str, Any]:
-    """A snapshot's policy on the validation modules, against clang: its total ratio, modules more than 1 %
-    worse, and the ``"total"`` fitness ES maximizes (loss weight and worse penalty as in training), which ranks
-    the snapshots whatever ``--fitness`` trained them. Kept in the snapshot, so a resume never compiles it twice."""
-    done = snapshot / VALIDATION_FILE
-    if done.exists():
-        return json.loads(done.read_text())
-    rows = evaluate(str(snapshot / "policy"), corpus, problem=cfg.problem,
-                    modules=modules, workers=cfg.workers, timeout=cfg.timeout, progress=False,
-                    companions=[(name, spec) for name, spec in cfg.companions])  # fmt: skip
-    outcomes = [{"heuristic_text_bytes": h, "text_bytes": p} for h, p in (r.texts for r in rows if r.ok)]
-    figures = summarize(rows)
-    record = {
-        "iteration": read_state(snapshot)["iteration"],
-        "fitness": direction_fitness(outcomes, "total", cfg.loss_weight, cfg.worse_penalty) if outcomes else None,
-        "total_ratio": figures["total_ratio"],
-        "worse": figures["regressed_over_1pct"],
-        "worse_share": figures["regressed_over_1pct"] / max(figures["evaluated"], 1),
-        "modules": figures["evaluated"],
-        "failed": figures["failed"],
-    }
-    atomic_write_bytes(done, json.dumps(record, indent=2).encode())
-    return record
-
-
 def config_from_run(path: Path) -> ESConfig:
     algorithm, options, _ = read_config(path)
     if algorithm != "es":
@@ -550,6 +490,4 @@ __all__ = [
     "shape",
     "step_size",
     "train_es",
-    "validate_snapshot",
-    "validation_modules",
 ]

@@ -73,6 +73,8 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
+from optgym.train.validation import Validation, held_back, write_selection
+from optgym.train.validation import describe as describe_validation
 
 if TYPE_CHECKING:
     from optgym.env.compiler_env import CompilerEnv
@@ -111,6 +113,11 @@ class SB3Config:
     extras: list[str] = field(default_factory=list)  # the warm start's derived inputs, which the env then gives
     allowance: list[str] = field(default_factory=list)  # start from the learned allowance with these gates
     language: str | None = None  # train on "C" or "C++" modules only (the policy then decides only that one)
+    #: packages of the training side held back to choose the final policy (optgym.train.validation): named, or
+    #: a fixed draw of this share of them; no episode trains on them, every snapshot is compiled on them, and the
+    #: best one (the warm start included) is the run's final policy
+    validation_groups: list[str] = field(default_factory=list)
+    validation_percent: float = 0.0
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -156,7 +163,8 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures, PolicyInputsObservation
 
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
-    modules = [m.name for m in of_language(corpus, cfg.get("language"))]
+    held_back = set(cfg.get("held_back", ()))  # the validation packages: no episode trains on them
+    modules = [m.name for m in of_language(corpus, cfg.get("language")) if m.name not in held_back]
     env: gym.Env = optgym.make(
         cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"], modules=modules
     )
@@ -482,6 +490,7 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
     if resume:
         prepare_run_dir(run, resume=True)
         write_config(run, cfg.algorithm, asdict(cfg))  # a resume may extend the budget (--iterations)
+        validation = validation_of(cfg)
     else:
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)
@@ -492,6 +501,7 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
             start = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
         if start is not None:  # the actor takes the start's shape and inputs
             cfg.hidden, cfg.extras = list(start.hidden), list(start.extras)
+        validation = validation_of(cfg)  # packages that would leave nothing to train on: refused here
         prepare_run_dir(run, resume=False)
         if cfg.allowance and start is not None:  # kept in the run: the warm start a resume or a rerun finds
             cfg.warmstart = str(start.save(run / "start"))
@@ -499,7 +509,7 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
     vocab = Vocab.load(cfg.vocab)  # type: ignore[arg-type]
     env_cfg = {"corpus": cfg.corpus, "split": cfg.split, "vocab": cfg.vocab, "seed": cfg.seed, "extras": cfg.extras,
                "timeout": cfg.timeout, "problem": cfg.problem, "optimal_decision": cfg.optimal_decision,
-               "language": cfg.language}  # fmt: skip
+               "language": cfg.language, "held_back": validation.modules if validation else []}  # fmt: skip
     factories: list[Callable[[], gym.Env]] = [_EnvFactory(env_cfg, rank) for rank in range(cfg.workers)]
     venv = SubprocVecEnv(factories, start_method="forkserver") if cfg.workers > 1 else DummyVecEnv(factories)
     try:
@@ -538,7 +548,46 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         export_policy(model, vocab, cfg, run / "final" / "policy")
     finally:
         venv.close()
+    if validation:
+        choose_on_validation(run, validation, say)
     return final_results(cfg, run, say)
+
+
+def validation_of(cfg: SB3Config) -> Validation | None:
+    """The run's validation packages, if it has any: the training side's modules of its language held back
+    (refused before the run exists when they would take all of it), ranked by the bytes a snapshot saves over
+    them, as the size target counts a build's total."""
+    side = Corpus(cfg.corpus, split=cfg.split)
+    training = [m.name for m in of_language(side, cfg.language)]
+    held = held_back(cfg.corpus, training, cfg.validation_groups, cfg.validation_percent)
+    if not held:
+        return None
+    return Validation(side, held, cfg.problem, cfg.workers, cfg.timeout, bytes_saved)
+
+
+def bytes_saved(outcomes: list[dict[str, Any]]) -> float:
+    """Bytes saved against clang per byte of clang's, over the modules compiled (losses count as they are)."""
+    heuristic = sum(o["heuristic_text_bytes"] for o in outcomes)
+    return (heuristic - sum(o["text_bytes"] for o in outcomes)) / max(heuristic, 1)
+
+
+def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
+    """Every snapshot (the warm start's, snapshot 0, included) compiled on the validation packages; the best
+    one's policy replaces ``RUN/final/policy``, and ``RUN/final/validation.json`` says which and why. Its curve
+    goes to TensorBoard beside the training's (``validation/*``)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    chosen, best, records = validation.choose(run)
+    with SummaryWriter(str(run)) as writer:
+        for record in records:
+            say(describe_validation(record))
+            if record["fitness"] is not None:
+                for key in ("fitness", "total_ratio", "worse_share"):
+                    writer.add_scalar(f"validation/{key}", record[key], record["iteration"])
+    final = run / "final" / "policy"
+    MLPPolicy.load(chosen / "policy").save(final)
+    write_selection(run, best, records)
+    say(f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})")
 
 
 def final_results(cfg: SB3Config, run: Path, say=print) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""Validation packages: the run's final policy is its best snapshot on code it never trained on.
+
+A trainer's iterates keep moving along directions its batches barely constrain. An ES run's allowance drifts
+where no batch pushes back, and PPO from a warm start can spend a lucky episode's credit on every call site
+alike; either way a held-back package gets worse while the training batches still improve
+(docs/experiments/2026-11-26-validation.md, docs/experiments/2026-11-26-ppo.md). So a part of the *training*
+side is held back by package, never trained on, and every snapshot, the warm start included, is compiled on it.
+The run's final policy is the snapshot with the best validation fitness, not the last iterate, as the .NET
+CSE gym evaluates every snapshot. The held-out split stays untouched: choosing on it would make it a tuning set.
+
+ES (``optgym train es``) and the SB3 trainers (``optgym train ppo|a2c|dqn``) share this module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optgym.corpus import Corpus
+from optgym.corpus.split import compute_split, effective_by
+from optgym.corpus.staging import read_description
+from optgym.errors import CorpusError
+from optgym.files import atomic_write_bytes
+from optgym.policies.trained import snapshot_dirs
+from optgym.train.evaluation import evaluate, summarize
+from optgym.train.run import RunError, read_state
+
+#: The figures of one snapshot on the validation packages, in the snapshot (and, for all of them, in ``RUN/final``).
+VALIDATION_FILE = "validation.json"
+
+
+def validation_modules(names: Sequence[str], groups: Sequence[str], percent: float, by: str = "package") -> list[str]:
+    """The training side's modules held back for validation: the packages named in ``groups``
+    (``--validation-groups``), or a draw of ``percent`` of them (``--validation-percent``), by package as the
+    held-out split is (``by``: ``"module"`` for a corpus without packages). The draw's seed is fixed, not the
+    run's, so every seed of a recipe validates on the same packages and trains on the same rest."""
+    if not groups and not percent:
+        return []
+    if groups and percent:
+        raise RunError("--validation-groups or --validation-percent, not both")
+    try:
+        _, held = compute_split(list(names), percent, 0, by, list(groups))
+    except CorpusError as e:
+        raise RunError(str(e).replace("--test-groups", "--validation-groups")) from None
+    return held
+
+
+def held_back(corpus: str | Path, training: Sequence[str], groups: Sequence[str], percent: float) -> list[str]:
+    """:func:`validation_modules` of a run's training modules, by package where the corpus has packages. A
+    validation that would leave nothing to train on is refused, like a bad companion, before the run exists."""
+    by = effective_by(read_description(Path(corpus)), "package")
+    held = validation_modules(training, groups, percent, by)
+    if held and not set(training) - set(held):
+        raise RunError("the validation packages are the whole training side: nothing is left to train on")
+    return held
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Where and how a run's snapshots are validated. ``fitness`` turns the compiled modules' outcomes
+    (``heuristic_text_bytes``, ``text_bytes``) into the number the snapshots are ranked by, higher is better:
+    ES passes its own ``"total"`` fitness, so the choice counts bytes as its training did."""
+
+    corpus: Corpus
+    modules: list[str]
+    problem: str
+    workers: int | None
+    timeout: float
+    fitness: Callable[[list[dict[str, Any]]], float]
+    companions: list[tuple[str, str]] = field(default_factory=list)
+
+    def snapshot(self, snapshot: Path) -> dict[str, Any]:
+        """A snapshot's policy on the validation modules, against clang: its fitness, total ratio and modules
+        more than 1 % worse. Kept in the snapshot, so a resume never compiles it twice."""
+        done = snapshot / VALIDATION_FILE
+        if done.exists():
+            return json.loads(done.read_text())
+        rows = evaluate(str(snapshot / "policy"), self.corpus, problem=self.problem, modules=self.modules,
+                        workers=self.workers, timeout=self.timeout, progress=False,
+                        companions=self.companions)  # fmt: skip
+        outcomes = [{"heuristic_text_bytes": h, "text_bytes": p} for h, p in (r.texts for r in rows if r.ok)]
+        figures = summarize(rows)
+        record = {
+            "iteration": read_state(snapshot)["iteration"],
+            "fitness": self.fitness(outcomes) if outcomes else None,
+            "total_ratio": figures["total_ratio"],
+            "worse": figures["regressed_over_1pct"],
+            "worse_share": figures["regressed_over_1pct"] / max(figures["evaluated"], 1),
+            "modules": figures["evaluated"],
+            "failed": figures["failed"],
+        }
+        atomic_write_bytes(done, json.dumps(record, indent=2).encode())
+        return record
+
+    def choose(self, run: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+        """Every snapshot of ``run`` validated (one a kill left unvalidated, too); the best one, its record, and
+        every record. A snapshot nothing compiled for ranks last; on a tie the earlier snapshot wins."""
+        validated = {snap: self.snapshot(snap) for snap in snapshot_dirs(run)}
+        if not validated:
+            raise RunError(f"{run} has no snapshot to validate")
+
+        def rank(snap: Path) -> tuple[float, int]:
+            fitness = validated[snap]["fitness"]
+            return (float("-inf") if fitness is None else fitness), -validated[snap]["iteration"]
+
+        chosen = max(validated, key=rank)
+        return chosen, validated[chosen], list(validated.values())
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One console line of a snapshot's validation record."""
+    if record["fitness"] is None:
+        return f"validation at {record['iteration']}: no validation module compiled ({record['failed']} failed)"
+    return (f"validation at {record['iteration']}: {record['total_ratio']:.4f} of clang's bytes, {record['worse']} of "
+            f"{record['modules']} modules > 1 % worse, fitness {record['fitness']:+.4f}")  # fmt: skip
+
+
+def write_selection(run: Path, selected: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """``RUN/final/validation.json``: the chosen snapshot's record and every snapshot's."""
+    payload = {"selected": selected, "snapshots": records}
+    atomic_write_bytes(run / "final" / VALIDATION_FILE, json.dumps(payload, indent=2).encode())
+
+
+__all__ = ["VALIDATION_FILE", "Validation", "describe", "held_back", "validation_modules", "write_selection"]

@@ -1,0 +1,99 @@
+"""Validation packages for PPO (optgym.train.validation): held back from every episode, every snapshot compiled on
+them, and the best snapshot, the warm start included, is the run's final policy."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from optgym.corpus import Corpus
+from optgym.policies.allowance import allowance_policy
+from optgym.policies.mlp import MLPPolicy
+from optgym.policies.trained import snapshot_dirs
+from optgym.train import sb3
+from optgym.train.run import RunError, write_snapshot
+from optgym.train.sb3 import SB3Config, bytes_saved, choose_on_validation, train_sb3
+from optgym.train.validation import VALIDATION_FILE, Validation
+
+
+def test_ppo_never_trains_on_the_validation_package_and_keeps_its_best_snapshot(toolchain, tmp_path, monkeypatch):
+    """Two PPO iterations on real compiles, the ``tree`` module held back: the env rolls out only ``fanout``,
+    every snapshot (the allowance's start as snapshot 0) carries its figures on ``tree`` alone, and the final
+    policy is the snapshot with the most bytes saved there."""
+    from conftest import C_SOURCE, FANOUT_SOURCE, _corpus
+
+    corpus = _corpus(toolchain, tmp_path / "corpus", {"tree": (".c", C_SOURCE), "fanout": (".c", FANOUT_SOURCE)})
+    start = allowance_policy()
+    start.save(tmp_path / "start")
+    rolled_out: list[set[str]] = []  # one worker: its env is built in this process
+    make_env = sb3.make_env
+
+    def recording(env_cfg, rank):
+        env = make_env(env_cfg, rank)
+        rolled_out.append({m.name for m in env.unwrapped.modules})
+        return env
+
+    monkeypatch.setattr(sb3, "make_env", recording)
+    run = tmp_path / "ppo"
+    cfg = SB3Config("ppo", str(corpus.root), str(run), warmstart=str(tmp_path / "start"), iterations=2,
+                    steps_per_iteration=128, workers=1, snapshot_every=1, final_eval=False, critic="heuristic",
+                    learning_rate=0.05, validation_groups=["tree"])  # fmt: skip
+    said: list[str] = []
+    train_sb3(cfg, say=said.append)
+    assert [name.split(".")[0] for name in rolled_out[0]] == ["fanout"]
+    records = [json.loads((snap / VALIDATION_FILE).read_text()) for snap in snapshot_dirs(run)]
+    assert [r["iteration"] for r in records] == [0, 1, 2]
+    assert all(r["modules"] == 1 and r["failed"] == 0 for r in records)
+    assert records[0]["total_ratio"] == 1.0 and records[0]["fitness"] == 0.0  # the start is clang's decisions
+    best = max(records, key=lambda r: (r["fitness"], -r["iteration"]))
+    chosen = MLPPolicy.load(run / "snapshots" / f"{best['iteration']:08d}" / "policy").parameters()
+    assert np.array_equal(MLPPolicy.load(run / "final" / "policy").parameters(), chosen)
+    assert json.loads((run / "final" / VALIDATION_FILE).read_text()) == {"selected": best, "snapshots": records}
+    assert f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})" in said
+
+
+def _snapshots(run, fitnesses):
+    """Snapshots whose policies differ (bias = iteration) and whose validation records are already written, as a
+    resumed run finds them: choosing among them compiles nothing."""
+    for iteration, fitness in enumerate(fitnesses):
+        policy = allowance_policy()
+        policy.weights[-1][1][1] = float(iteration)
+
+        def fill(tmp, policy=policy, iteration=iteration, fitness=fitness):
+            policy.save(tmp / "policy")
+            record = {"iteration": iteration, "fitness": fitness, "total_ratio": 1.0, "worse": 0, "worse_share": 0.0,
+                      "modules": 1, "failed": 0 if fitness is not None else 1}  # fmt: skip
+            (tmp / VALIDATION_FILE).write_text(json.dumps(record))
+
+        write_snapshot(run, iteration, fill, {})
+    allowance_policy().save(run / "final" / "policy")  # the last iterate, as training leaves it
+
+
+@pytest.mark.parametrize(
+    ("fitnesses", "expected"),
+    [([0.0, 0.02, 0.01], 1), ([0.0, -0.03, -0.01], 0), ([0.01, 0.02, 0.02], 1), ([None, -0.01, None], 1)],
+    ids=["a-middle-one", "the-warm-start", "a-tie-keeps-the-earlier", "nothing-compiled-ranks-last"],
+)
+def test_the_final_policy_is_the_best_validated_snapshot(corpus_dir, tmp_path, fitnesses, expected):
+    run = tmp_path / "run"
+    _snapshots(run, fitnesses)
+    validation = Validation(Corpus(corpus_dir), ["tree.c.o"], "inline-size", 1, 60.0, bytes_saved)
+    choose_on_validation(run, validation, say=lambda s: None)
+    assert MLPPolicy.load(run / "final" / "policy").weights[-1][1][1] == expected
+    assert json.loads((run / "final" / VALIDATION_FILE).read_text())["selected"]["iteration"] == expected
+
+
+def test_bytes_saved_counts_the_total():
+    outcomes = [{"heuristic_text_bytes": 1000, "text_bytes": 900}, {"heuristic_text_bytes": 100, "text_bytes": 150}]
+    assert bytes_saved(outcomes) == pytest.approx(50 / 1100)
+
+
+def test_a_validation_that_takes_every_training_module_is_refused_before_the_run_exists(corpus_dir, vocab_path,
+                                                                                         tmp_path):  # fmt: skip
+    cfg = SB3Config("ppo", str(corpus_dir), str(tmp_path / "ppo"), vocab=str(vocab_path),
+                    allowance=["at_most:callee_users:2"], language="C++", validation_groups=["zoo"])  # fmt: skip
+    with pytest.raises(RunError, match="nothing is left to train on"):
+        train_sb3(cfg, say=lambda s: None)
+    assert not (tmp_path / "ppo").exists()
