@@ -240,3 +240,21 @@ def no_leftovers():
     children = [c for c in live_children() if not any(h in " ".join(c.cmdline()) for h in MP_HELPERS)]
     assert not children, f"stray processes: {[c.cmdline() for c in children]}"
     assert not runtime_leftovers(), f"leftover run directories: {runtime_leftovers()}"
+
+
+@pytest.fixture
+def env_modules(monkeypatch) -> list[list]:
+    """The corpus modules of every env an SB3 run builds, in order: ``optgym.train.sb3.make_env`` recorded (with one
+    worker the env is built in the test's own process, so a monkeypatch reaches it)."""
+    from optgym.train import sb3
+
+    built: list[list] = []
+    make_env = sb3.make_env
+
+    def recording(env_cfg, rank):
+        env = make_env(env_cfg, rank)
+        built.append(list(env.unwrapped.modules))
+        return env
+
+    monkeypatch.setattr(sb3, "make_env", recording)
+    return built

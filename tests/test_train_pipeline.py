@@ -390,29 +390,19 @@ def test_ppo_moves_only_the_allowance_as_es_does(toolchain, work):
     assert not moved[~free].any(), "PPO moved a parameter outside the allowance"
 
 
-def test_ppo_on_one_language_rolls_out_its_modules_and_decides_only_it(corpus_dir, vocab_path, work, monkeypatch):
+def test_ppo_on_one_language_rolls_out_its_modules_and_decides_only_it(corpus_dir, vocab_path, work, env_modules):
     """``train ppo --language C++``: the env worker the run builds compiles the C++ modules only, and what PPO
     exports decides C++ only (a C compile keeps clang's decisions), as ES's ``--language`` does."""
     from optgym.corpus import Corpus
     from optgym.policies.allowance import DEFAULT_GATES
-    from optgym.train import sb3
 
-    built: list[set[str]] = []  # the languages of each env the run builds (one worker: built in this process)
-    make_env = sb3.make_env
-
-    def recording(env_cfg, rank):
-        env = make_env(env_cfg, rank)
-        built.append({m.family for m in env.unwrapped.modules})
-        return env
-
-    monkeypatch.setattr(sb3, "make_env", recording)
     run = work / "ppo-cxx"
     cfg = SB3Config("ppo", str(corpus_dir), str(run), vocab=str(vocab_path), allowance=list(DEFAULT_GATES),
                     iterations=1, steps_per_iteration=64, workers=1, final_eval=False, critic="heuristic",
                     temperature=0.125, language="C++")  # fmt: skip
     train_sb3(cfg, say=lambda s: None)
     assert {m.family for m in Corpus(corpus_dir)} == {"C", "C++"}, "a one-language corpus tests nothing"
-    assert built == [{"C++"}]
+    assert [{m.family for m in modules} for modules in env_modules] == [{"C++"}]
     assert read_config(run)[1]["language"] == "C++"
     assert MLPPolicy.load(run / "final" / "policy").languages == ["C++"]
 

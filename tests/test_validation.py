@@ -12,13 +12,12 @@ from optgym.corpus import Corpus
 from optgym.policies.allowance import allowance_policy
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import snapshot_dirs
-from optgym.train import sb3
 from optgym.train.run import RunError, write_snapshot
 from optgym.train.sb3 import SB3Config, bytes_saved, choose_on_validation, train_sb3
 from optgym.train.validation import VALIDATION_FILE, Validation
 
 
-def test_ppo_never_trains_on_the_validation_package_and_keeps_its_best_snapshot(toolchain, tmp_path, monkeypatch):
+def test_ppo_never_trains_on_the_validation_package_and_keeps_its_best_snapshot(toolchain, tmp_path, env_modules):
     """Two PPO iterations on real compiles, the ``tree`` module held back: the env rolls out only ``fanout``,
     every snapshot (the allowance's start as snapshot 0) carries its figures on ``tree`` alone, and the final
     policy is the snapshot with the most bytes saved there."""
@@ -27,22 +26,13 @@ def test_ppo_never_trains_on_the_validation_package_and_keeps_its_best_snapshot(
     corpus = _corpus(toolchain, tmp_path / "corpus", {"tree": (".c", C_SOURCE), "fanout": (".c", FANOUT_SOURCE)})
     start = allowance_policy()
     start.save(tmp_path / "start")
-    rolled_out: list[set[str]] = []  # one worker: its env is built in this process
-    make_env = sb3.make_env
-
-    def recording(env_cfg, rank):
-        env = make_env(env_cfg, rank)
-        rolled_out.append({m.name for m in env.unwrapped.modules})
-        return env
-
-    monkeypatch.setattr(sb3, "make_env", recording)
     run = tmp_path / "ppo"
     cfg = SB3Config("ppo", str(corpus.root), str(run), warmstart=str(tmp_path / "start"), iterations=2,
                     steps_per_iteration=128, workers=1, snapshot_every=1, final_eval=False, critic="heuristic",
                     learning_rate=0.05, validation_groups=["tree"])  # fmt: skip
     said: list[str] = []
     train_sb3(cfg, say=said.append)
-    assert [name.split(".")[0] for name in rolled_out[0]] == ["fanout"]
+    assert [[m.name.split(".")[0] for m in modules] for modules in env_modules] == [["fanout"]]
     records = [json.loads((snap / VALIDATION_FILE).read_text()) for snap in snapshot_dirs(run)]
     assert [r["iteration"] for r in records] == [0, 1, 2]
     assert all(r["modules"] == 1 and r["failed"] == 0 for r in records)
