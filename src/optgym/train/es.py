@@ -81,7 +81,7 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
-from optgym.train.validation import Validation, held_back, write_selection
+from optgym.train.validation import Validation, held_back, to_tensorboard, write_selection
 from optgym.train.validation import describe as describe_validation
 
 
@@ -283,7 +283,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     split_side = Corpus(cfg.corpus, split=cfg.split)  # the training and the validation modules
     corpus = modules_to_train_on(split_side, cfg.language)
     held = held_back(cfg.corpus, [m.name for m in corpus], cfg.validation_groups, cfg.validation_percent)
-    corpus = [m for m in corpus if m.name not in set(held)]
+    validating = set(held)
+    corpus = [m for m in corpus if m.name not in validating]
     total = functools.partial(direction_fitness, fitness="total", loss_weight=cfg.loss_weight,
                               worse_penalty=cfg.worse_penalty)  # fmt: skip
     validation = Validation(split_side, held, cfg.problem, cfg.workers, cfg.timeout, total,
@@ -342,10 +343,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         if validation:
             record = validation.snapshot(snapshot)
             say(describe_validation(record))
-            if record["fitness"] is not None:
-                for key in ("fitness", "total_ratio", "worse_share"):
-                    writer.add_scalar(f"validation/{key}", record[key], it)
-                writer.flush()
+            to_tensorboard(writer, record)
 
     writer = SummaryWriter(str(run))
     if last is None:

@@ -73,7 +73,7 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
-from optgym.train.validation import Validation, held_back, write_selection
+from optgym.train.validation import Validation, held_back, to_tensorboard, write_selection
 from optgym.train.validation import describe as describe_validation
 
 if TYPE_CHECKING:
@@ -581,9 +581,7 @@ def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
     with SummaryWriter(str(run)) as writer:
         for record in records:
             say(describe_validation(record))
-            if record["fitness"] is not None:
-                for key in ("fitness", "total_ratio", "worse_share"):
-                    writer.add_scalar(f"validation/{key}", record[key], record["iteration"])
+            to_tensorboard(writer, record)
     final = run / "final" / "policy"
     MLPPolicy.load(chosen / "policy").save(final)
     write_selection(run, best, records)

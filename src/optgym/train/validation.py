@@ -118,10 +118,27 @@ def describe(record: dict[str, Any]) -> str:
             f"{record['modules']} modules > 1 % worse, fitness {record['fitness']:+.4f}")  # fmt: skip
 
 
+def to_tensorboard(writer: Any, record: dict[str, Any]) -> None:
+    """A snapshot's validation record as ``validation/*`` scalars at its iteration (none when nothing compiled)."""
+    if record["fitness"] is None:
+        return
+    for key in ("fitness", "total_ratio", "worse_share"):
+        writer.add_scalar(f"validation/{key}", record[key], record["iteration"])
+    writer.flush()
+
+
 def write_selection(run: Path, selected: dict[str, Any], records: list[dict[str, Any]]) -> None:
     """``RUN/final/validation.json``: the chosen snapshot's record and every snapshot's."""
     payload = {"selected": selected, "snapshots": records}
     atomic_write_bytes(run / "final" / VALIDATION_FILE, json.dumps(payload, indent=2).encode())
 
 
-__all__ = ["VALIDATION_FILE", "Validation", "describe", "held_back", "validation_modules", "write_selection"]
+__all__ = [
+    "VALIDATION_FILE",
+    "Validation",
+    "describe",
+    "held_back",
+    "to_tensorboard",
+    "validation_modules",
+    "write_selection",
+]
