@@ -20,24 +20,20 @@ oracle on the same modules.
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
-from optgym.corpus import Corpus, Module
-from optgym.corpus.split import draw_by_size
+from optgym.corpus import Module
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
-from optgym.rollout import baseline, rollout
+from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
 from optgym.toolchain import find_toolchain
-from optgym.train.evaluation import more_than_1pct_worse
-from optgym.train.run import every_kth, modules_to_train_on
 from optgym.train.search import Compiler
-from research.linkage_oracle import DELETABLE, linkages
+from research.linkage_oracle import DELETABLE, draw, linkages, report, sample_parser
 
 #: Features every inline moves, module-wide: left out of the key that finds a decision again.
 MODULE_WIDE = ("node_count", "edge_count")
@@ -94,34 +90,11 @@ def two_compiles(task: Task) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", required=True)
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--language", default="C++")
-    parser.add_argument("--sample", type=int, default=150)
-    parser.add_argument("--seed", type=int, default=5)
-    parser.add_argument("--hold-out-every", type=int, default=None, help="leave out every K-th module (the gate)")
-    parser.add_argument("--policy", default="pretrained")
-    parser.add_argument("-j", "--workers", type=int, default=2)
-    args = parser.parse_args()
-    side = Corpus(args.corpus, split=args.split)
-    modules = modules_to_train_on(side, args.language)
-    if args.hold_out_every:
-        held = set(every_kth([m.name for m in modules], args.hold_out_every))
-        modules = [m for m in modules if m.name not in held]
-    modules = draw_by_size(modules, args.sample, np.random.default_rng([args.seed, 29]))  # linkage_oracle's draw
+    args = sample_parser(__doc__.splitlines()[0]).parse_args()
+    modules = draw(args)
     rows = [r for _, r in run_tasks(two_compiles, [Task(m, args.policy) for m in modules], workers=args.workers,
                                     progress=True)]  # fmt: skip
-    problem, toolchain = get_problem("inline-size"), find_toolchain()
-    by_name = {m.name: m for m in modules}
-    ok = [r for r in rows if r["status"] == "ok"]
-    for r in ok:
-        r["clang"] = int(baseline(problem, by_name[r["module"]], toolchain).metrics["text_bytes"])
-    clang = sum(r["clang"] for r in ok)
-    for key in ("rule", "lookup"):
-        worse = sum(more_than_1pct_worse(r[key], r["clang"]) for r in ok)
-        total = sum(r[key] for r in ok) / clang
-        print(f"{key:7s} total {total:.4f} of clang's bytes, {worse} of {len(ok)} modules > 1 % worse")
+    ok = report(rows, modules, ("rule", "lookup"))
     print(f"withdrawn decisions {sum(r['withdrawn'] for r in ok)} in {sum(1 for r in ok if r['withdrawn'])} modules; "
           f"failed {len(rows) - len(ok)}")  # fmt: skip
 

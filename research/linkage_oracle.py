@@ -92,8 +92,9 @@ def oracle(task: Task) -> dict:
         compiler.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sample_parser(description: str) -> argparse.ArgumentParser:
+    """The options both linkage studies take: which modules (a size-stratified draw), which rule, how many workers."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--split", default="train")
     parser.add_argument("--language", default="C++")
@@ -101,28 +102,44 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--hold-out-every", type=int, default=None, help="leave out every K-th module (the gate)")
     parser.add_argument("--policy", default="pretrained")
-    parser.add_argument("--max-steps", type=int, default=40)
     parser.add_argument("-j", "--workers", type=int, default=2)
-    args = parser.parse_args()
+    return parser
 
-    side = Corpus(args.corpus, split=args.split)
-    modules = modules_to_train_on(side, args.language)
+
+def draw(args: argparse.Namespace) -> list[Module]:
+    """The modules studied: the side's modules of the language, without every K-th, then a seeded draw by size
+    (the same for both studies at the same seed)."""
+    modules = modules_to_train_on(Corpus(args.corpus, split=args.split), args.language)
     if args.hold_out_every:
         held = set(every_kth([m.name for m in modules], args.hold_out_every))
         modules = [m for m in modules if m.name not in held]
-    modules = draw_by_size(modules, args.sample, np.random.default_rng([args.seed, 29]))
-    rows = [r for _, r in run_tasks(oracle, [Task(m, args.policy, args.max_steps) for m in modules],
-                                    workers=args.workers, progress=True)]  # fmt: skip
+    return draw_by_size(modules, args.sample, np.random.default_rng([args.seed, 29]))
+
+
+def report(rows: list[dict], modules: list[Module], columns: tuple[str, ...]) -> list[dict]:
+    """Each column's total against clang's own compile, and its modules more than 1 % worse; the rows that
+    compiled, each with its ``clang`` size added."""
     problem, toolchain = get_problem("inline-size"), find_toolchain()
     by_name = {m.name: m for m in modules}
     ok = [r for r in rows if r["status"] == "ok"]
     for r in ok:
         r["clang"] = int(baseline(problem, by_name[r["module"]], toolchain).metrics["text_bytes"])
     clang = sum(r["clang"] for r in ok)
-    for key in ("rule", "oracle"):
+    for key in columns:
         worse = sum(more_than_1pct_worse(r[key], r["clang"]) for r in ok)
         total = sum(r[key] for r in ok) / clang
         print(f"{key:7s} total {total:.4f} of clang's bytes, {worse} of {len(ok)} modules > 1 % worse")
+    return ok
+
+
+def main() -> None:
+    parser = sample_parser(__doc__.splitlines()[0])
+    parser.add_argument("--max-steps", type=int, default=40)
+    args = parser.parse_args()
+    modules = draw(args)
+    rows = [r for _, r in run_tasks(oracle, [Task(m, args.policy, args.max_steps) for m in modules],
+                                    workers=args.workers, progress=True)]  # fmt: skip
+    ok = report(rows, modules, ("rule", "oracle"))
     touched = [r for r in ok if r["withdrawn"]]
     print(f"modules with a withdrawn inline: {len(touched)}; withdrawn decisions {sum(r['withdrawn'] for r in ok)} of "
           f"{sum(r['extra'] for r in ok)} extra inlines; failed {len(rows) - len(ok)}")  # fmt: skip
