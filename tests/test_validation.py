@@ -13,8 +13,8 @@ from optgym.policies.allowance import allowance_policy
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import snapshot_dirs
 from optgym.train.run import RunError, write_snapshot
-from optgym.train.sb3 import SB3Config, bytes_saved, choose_on_validation, train_sb3
-from optgym.train.validation import VALIDATION_FILE, Validation
+from optgym.train.sb3 import SB3Config, choose_on_validation, train_sb3
+from optgym.train.validation import VALIDATION_FILE, Validation, bytes_saved
 
 
 def test_ppo_never_trains_on_the_validation_package_and_keeps_its_best_snapshot(toolchain, tmp_path, env_modules):

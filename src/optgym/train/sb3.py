@@ -12,7 +12,9 @@ The loop, top to bottom:
 4. ``learn()`` with :class:`TrainingCallback`, which at every iteration boundary logs the results
    (TensorBoard + progress.csv) and every ``snapshot_every`` iterations writes a snapshot
    atomically: SB3's zip (weights, optimizer state, step count) + the numpy policy workers run;
-5. the final policy in ``RUN/final/policy`` and, when the corpus has a test side, its evaluation.
+5. the final policy in ``RUN/final/policy``: the last iterate, or with validation packages (``--validation-percent``)
+   the snapshot that saves the most bytes there (:mod:`optgym.train.validation`); when the corpus has a test
+   side, its evaluation.
 
 An *iteration* is ``steps_per_iteration`` decisions summed over the workers: for PPO and A2C one
 rollout and one update (``n_steps = steps_per_iteration / workers``); for DQN, that many steps of
@@ -73,7 +75,7 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
-from optgym.train.validation import Validation, held_back, to_tensorboard, write_selection
+from optgym.train.validation import Validation, bytes_saved, held_back, to_tensorboard, write_selection
 from optgym.train.validation import describe as describe_validation
 
 if TYPE_CHECKING:
@@ -563,12 +565,6 @@ def validation_of(cfg: SB3Config) -> Validation | None:
     if not held:
         return None
     return Validation(side, held, cfg.problem, cfg.workers, cfg.timeout, bytes_saved)
-
-
-def bytes_saved(outcomes: list[dict[str, Any]]) -> float:
-    """Bytes saved against clang per byte of clang's, over the modules compiled (losses count as they are)."""
-    heuristic = sum(o["heuristic_text_bytes"] for o in outcomes)
-    return (heuristic - sum(o["text_bytes"] for o in outcomes)) / max(heuristic, 1)
 
 
 def choose_on_validation(run: Path, validation: Validation, say=print) -> None:

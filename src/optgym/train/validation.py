@@ -58,6 +58,13 @@ def held_back(corpus: str | Path, training: Sequence[str], groups: Sequence[str]
     return held
 
 
+def bytes_saved(outcomes: list[dict[str, Any]]) -> float:
+    """Bytes saved against clang per byte of clang's, over the modules compiled (losses count as they are): the
+    build's total, which the size target counts."""
+    heuristic = sum(o["heuristic_text_bytes"] for o in outcomes)
+    return (heuristic - sum(o["text_bytes"] for o in outcomes)) / max(heuristic, 1)
+
+
 @dataclass(frozen=True)
 class Validation:
     """Where and how a run's snapshots are validated. ``fitness`` turns the compiled modules' outcomes
@@ -136,6 +143,7 @@ def write_selection(run: Path, selected: dict[str, Any], records: list[dict[str,
 __all__ = [
     "VALIDATION_FILE",
     "Validation",
+    "bytes_saved",
     "describe",
     "held_back",
     "to_tensorboard",
