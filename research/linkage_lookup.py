@@ -20,8 +20,10 @@ oracle on the same modules.
 
 from __future__ import annotations
 
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -58,10 +60,26 @@ class LinkageGate:
         return action
 
 
+def object_linkages(obj: Path, llvm_nm: str) -> dict[str, str]:
+    """Linkage as the first compile's object shows it, for a served compile that has source, not bitcode: a
+    global text symbol (``T``) is external; weak ones (``W``: ``linkonce_odr``, and the rare ``weak_odr`` with
+    them) and local ones (``t``) count as deletable. A function absent from the object was deleted, or never had
+    a body here."""
+    out = subprocess.run([llvm_nm, "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
+    kinds = {"T": "external", "W": "linkonce_odr", "V": "linkonce_odr", "t": "internal"}
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in kinds:
+            found[parts[2]] = kinds[parts[1]]
+    return found
+
+
 @dataclass(frozen=True)
 class Task:
     module: Module
     policy: str
+    linkage_from: str = "bitcode"  # or "object": the first compile's symbol table
 
 
 def two_compiles(task: Task) -> dict:
@@ -72,12 +90,16 @@ def two_compiles(task: Task) -> dict:
         first = compiler.run(np.zeros(0, np.int8), 0, features=True)
         if not first.ok or first.subjects is None or first.features is None:
             return {"module": task.module.name, "status": first.status if not first.ok else "no record"}
-        link = linkages(task.module.bitcode, str(toolchain.tool("llvm-dis")))
+        if task.linkage_from == "object":
+            link = object_linkages(compiler.object_path, str(toolchain.tool("llvm-nm")))
+            unknown = "linkonce_odr"  # absent from the object: deleted, or only declared
+        else:
+            link, unknown = linkages(task.module.bitcode, str(toolchain.tool("llvm-dis"))), "external"
         names = sorted(first.features)
         classes: dict[tuple[int, ...], set[bool]] = defaultdict(set)
         for i, callee in enumerate(first.subjects):
             key = key_of({n: first.features[n][i] for n in names})
-            classes[key].add(link.get(callee, "external") in DELETABLE)
+            classes[key].add(link.get(callee, unknown) in DELETABLE)
         non_deletable = {k for k, c in classes.items() if c == {False}}
         gate = LinkageGate(rule, non_deletable)
         second = rollout(problem, task.module, toolchain, gate).result
@@ -90,10 +112,17 @@ def two_compiles(task: Task) -> dict:
 
 
 def main() -> None:
-    args = sample_parser(__doc__.splitlines()[0]).parse_args()
+    parser = sample_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        "--linkage-from",
+        choices=("bitcode", "object"),
+        default="bitcode",
+        help="llvm-dis of the input, or the first compile's symbol table (what a served compile has)",
+    )
+    args = parser.parse_args()
     modules = draw(args)
-    rows = [r for _, r in run_tasks(two_compiles, [Task(m, args.policy) for m in modules], workers=args.workers,
-                                    progress=True)]  # fmt: skip
+    tasks = [Task(m, args.policy, args.linkage_from) for m in modules]
+    rows = [r for _, r in run_tasks(two_compiles, tasks, workers=args.workers, progress=True)]
     ok = report(rows, modules, ("rule", "lookup"))
     print(f"withdrawn decisions {sum(r['withdrawn'] for r in ok)} in {sum(1 for r in ok if r['withdrawn'])} modules; "
           f"failed {len(rows) - len(ok)}")  # fmt: skip

@@ -33,3 +33,18 @@ def test_two_compiles_never_withdraw_more_than_the_rule_added(corpus):
     zoo = next(m for m in corpus if m.name.startswith("zoo"))
     row = two_compiles(Task(zoo, "heuristic"))
     assert row["status"] == "ok" and row["withdrawn"] == 0 and row["lookup"] == row["rule"]
+
+
+def test_object_linkage_reads_the_symbol_table_a_served_compile_has(corpus, toolchain, tmp_path):
+    """From an object, as ``optgym-cc`` would have it: ``main`` is a global text symbol (external), the inline
+    templates clang kept are weak (counted deletable)."""
+    import subprocess
+
+    from research.linkage_lookup import object_linkages
+
+    zoo = next(m for m in corpus if m.name.startswith("zoo"))
+    obj = tmp_path / "zoo.o"
+    subprocess.run([str(toolchain.clang), "-c", "-Oz", str(zoo.bitcode), "-o", str(obj)], check=True)
+    found = object_linkages(obj, str(toolchain.tool("llvm-nm")))
+    assert found["main"] == "external"
+    assert any(link == "linkonce_odr" for link in found.values())

@@ -218,12 +218,17 @@ class Compiler:
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
+    @property
+    def object_path(self) -> Path:
+        """The last candidate's object, kept until the next :meth:`run` (its symbols name what it defines)."""
+        return self._tmp / "object.o"
+
     def run(self, actions: np.ndarray, replay: int, *, features: bool = False) -> Outcome:
         """Compile one candidate; with ``features``, also every state's raw features and, when the
         problem names its decisions (``Problem.decision_subject``), each decision's subject."""
         policy: Policy = Candidate(actions, replay, self.base, score=self.score)
         recorder = _FeatureRecorder(policy) if features else None
-        obj, record = self._tmp / "object.o", self._tmp / "record.yaml"
+        obj, record = self.object_path, self._tmp / "record.yaml"
         obj.unlink(missing_ok=True)
         record.unlink(missing_ok=True)
         subject = self.problem.decision_subject if features else None
