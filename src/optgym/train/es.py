@@ -81,8 +81,7 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
-from optgym.train.validation import Validation, held_back, to_tensorboard, write_selection
-from optgym.train.validation import describe as describe_validation
+from optgym.train.validation import Validation, record_line, to_tensorboard, write_selection
 
 
 @dataclass
@@ -282,13 +281,15 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             cfg.vocab = _vocab_path(cfg)  # type: ignore[arg-type]
     split_side = Corpus(cfg.corpus, split=cfg.split)  # the training and the validation modules
     corpus = modules_to_train_on(split_side, cfg.language)
-    held = held_back(cfg.corpus, [m.name for m in corpus], cfg.validation_groups, cfg.validation_percent)
-    validating = set(held)
-    corpus = [m for m in corpus if m.name not in validating]
     total = functools.partial(direction_fitness, fitness="total", loss_weight=cfg.loss_weight,
                               worse_penalty=cfg.worse_penalty)  # fmt: skip
-    validation = Validation(split_side, held, cfg.problem, cfg.workers, cfg.timeout, total,
-                            [(name, spec) for name, spec in cfg.companions]) if held else None  # fmt: skip
+    validation = Validation.held_back_from(
+        split_side, [m.name for m in corpus], cfg.validation_groups, cfg.validation_percent, problem=cfg.problem,
+        workers=cfg.workers, timeout=cfg.timeout, fitness=total, companions=[(n, s) for n, s in cfg.companions],
+    )  # fmt: skip
+    if validation:
+        validating = set(validation.modules)
+        corpus = [m for m in corpus if m.name not in validating]
     if cfg.allowance and cfg.warmstart and not resume:  # a start of another layout, too
         allowance_start(cfg.warmstart, cfg.problem, cfg.allowance, cfg.heuristic_weight)
     # a companion that cannot be loaded refuses the run before its directory exists, too
@@ -342,7 +343,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         snapshot = write_snapshot(run, it, fill, {"time": time.time()})
         if validation:
             record = validation.snapshot(snapshot)
-            say(describe_validation(record))
+            say(record_line(record))
             to_tensorboard(writer, record)
 
     writer = SummaryWriter(str(run))

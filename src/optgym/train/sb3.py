@@ -75,8 +75,7 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
-from optgym.train.validation import Validation, bytes_saved, held_back, to_tensorboard, write_selection
-from optgym.train.validation import describe as describe_validation
+from optgym.train.validation import Validation, bytes_saved, record_line, to_tensorboard, write_selection
 
 if TYPE_CHECKING:
     from optgym.env.compiler_env import CompilerEnv
@@ -165,8 +164,8 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     from optgym.env.wrappers import FlattenFeatures, NormalizeFeatures, PolicyInputsObservation
 
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
-    held_back = set(cfg.get("held_back", ()))  # the validation packages: no episode trains on them
-    modules = [m.name for m in of_language(corpus, cfg.get("language")) if m.name not in held_back]
+    validating = set(cfg.get("held_back", ()))  # the validation packages: no episode trains on them
+    modules = [m.name for m in of_language(corpus, cfg.get("language")) if m.name not in validating]
     env: gym.Env = optgym.make(
         cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"], modules=modules
     )
@@ -561,10 +560,9 @@ def validation_of(cfg: SB3Config) -> Validation | None:
     them, as the size target counts a build's total."""
     side = Corpus(cfg.corpus, split=cfg.split)
     training = [m.name for m in of_language(side, cfg.language)]
-    held = held_back(cfg.corpus, training, cfg.validation_groups, cfg.validation_percent)
-    if not held:
-        return None
-    return Validation(side, held, cfg.problem, cfg.workers, cfg.timeout, bytes_saved)
+    return Validation.held_back_from(side, training, cfg.validation_groups, cfg.validation_percent,
+                                     problem=cfg.problem, workers=cfg.workers, timeout=cfg.timeout,
+                                     fitness=bytes_saved)  # fmt: skip
 
 
 def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
@@ -576,7 +574,7 @@ def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
     chosen, best, records = validation.choose(run)
     with SummaryWriter(str(run)) as writer:
         for record in records:
-            say(describe_validation(record))
+            say(record_line(record))
             to_tensorboard(writer, record)
     final = run / "final" / "policy"
     MLPPolicy.load(chosen / "policy").save(final)

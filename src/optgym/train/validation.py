@@ -79,6 +79,25 @@ class Validation:
     fitness: Callable[[list[dict[str, Any]]], float]
     companions: list[tuple[str, str]] = field(default_factory=list)
 
+    @classmethod
+    def held_back_from(
+        cls,
+        side: Corpus,
+        training: Sequence[str],
+        groups: Sequence[str],
+        percent: float,
+        *,
+        problem: str,
+        workers: int | None,
+        timeout: float,
+        fitness: Callable[[list[dict[str, Any]]], float],
+        companions: Sequence[tuple[str, str]] = (),
+    ) -> Validation | None:
+        """The validation of a run that trains on ``training`` (modules of ``side``): the packages of
+        :func:`held_back`, or ``None`` when the run holds nothing back."""
+        held = held_back(side.root, training, groups, percent)
+        return cls(side, held, problem, workers, timeout, fitness, list(companions)) if held else None
+
     def snapshot(self, snapshot: Path) -> dict[str, Any]:
         """A snapshot's policy on the validation modules, against clang: its fitness, total ratio and modules
         more than 1 % worse. Kept in the snapshot, so a resume never compiles it twice."""
@@ -117,7 +136,7 @@ class Validation:
         return chosen, validated[chosen], list(validated.values())
 
 
-def describe(record: dict[str, Any]) -> str:
+def record_line(record: dict[str, Any]) -> str:
     """One console line of a snapshot's validation record."""
     if record["fitness"] is None:
         return f"validation at {record['iteration']}: no validation module compiled ({record['failed']} failed)"
@@ -144,8 +163,8 @@ __all__ = [
     "VALIDATION_FILE",
     "Validation",
     "bytes_saved",
-    "describe",
     "held_back",
+    "record_line",
     "to_tensorboard",
     "validation_modules",
     "write_selection",
