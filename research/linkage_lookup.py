@@ -35,7 +35,7 @@ from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
 from optgym.toolchain import find_toolchain
 from optgym.train.search import Compiler
-from research.linkage_oracle import DELETABLE, draw, linkages, report, sample_parser
+from research.linkage_oracle import DELETABLE, clang_bytes, draw, linkages, report, sample_parser
 
 #: Features every inline moves, module-wide: left out of the key that finds a decision again.
 MODULE_WIDE = ("node_count", "edge_count")
@@ -105,7 +105,7 @@ def two_compiles(task: Task) -> dict:
         second = rollout(problem, task.module, toolchain, gate).result
         if not second.ok:
             return {"module": task.module.name, "status": second.status}
-        return {"module": task.module.name, "status": "ok", "rule": first.text_bytes,
+        return {"module": task.module.name, "status": "ok", "clang": clang_bytes(task.module), "rule": first.text_bytes,
                 "lookup": int(second.metrics["text_bytes"]), "withdrawn": gate.withdrawn}  # fmt: skip
     finally:
         compiler.close()
@@ -123,7 +123,7 @@ def main() -> None:
     modules = draw(args)
     tasks = [Task(m, args.policy, args.linkage_from) for m in modules]
     rows = [r for _, r in run_tasks(two_compiles, tasks, workers=args.workers, progress=True)]
-    ok = report(rows, modules, ("rule", "lookup"))
+    ok = report(rows, ("rule", "lookup"))
     print(f"withdrawn decisions {sum(r['withdrawn'] for r in ok)} in {sum(1 for r in ok if r['withdrawn'])} modules; "
           f"failed {len(rows) - len(ok)}")  # fmt: skip
 
