@@ -80,12 +80,14 @@ class Task:
     module: Module
     policy: str
     linkage_from: str = "bitcode"  # or "object": the first compile's symbol table
+    first_policy: str | None = None  # the first compile's policy, if not the rule's (``heuristic``: clang's own)
 
 
 def two_compiles(task: Task) -> dict:
     problem, toolchain = get_problem("inline-size"), find_toolchain()
     rule = resolve_policy(task.policy, problem.name).build()
-    compiler = Compiler(problem, task.module, toolchain, rule, score=False)
+    first_policy = rule if task.first_policy is None else resolve_policy(task.first_policy, problem.name).build()
+    compiler = Compiler(problem, task.module, toolchain, first_policy, score=False)
     try:
         first = compiler.run(np.zeros(0, np.int8), 0, features=True)
         if not first.ok or first.subjects is None or first.features is None:
@@ -101,11 +103,14 @@ def two_compiles(task: Task) -> dict:
             key = key_of({n: first.features[n][i] for n in names})
             classes[key].add(link.get(callee, unknown) in DELETABLE)
         non_deletable = {k for k, c in classes.items() if c == {False}}
+        rule_bytes = first.text_bytes
+        if task.first_policy is not None:  # the rule's own object is a compile of its own
+            rule_bytes = int(rollout(problem, task.module, toolchain, rule).result.metrics["text_bytes"])
         gate = LinkageGate(rule, non_deletable)
         second = rollout(problem, task.module, toolchain, gate).result
         if not second.ok:
             return {"module": task.module.name, "status": second.status}
-        return {"module": task.module.name, "status": "ok", "clang": clang_bytes(task.module), "rule": first.text_bytes,
+        return {"module": task.module.name, "status": "ok", "clang": clang_bytes(task.module), "rule": rule_bytes,
                 "lookup": int(second.metrics["text_bytes"]), "withdrawn": gate.withdrawn}  # fmt: skip
     finally:
         compiler.close()
@@ -119,9 +124,10 @@ def main() -> None:
         default="bitcode",
         help="llvm-dis of the input, or the first compile's symbol table (what a served compile has)",
     )
+    parser.add_argument("--first-policy", default=None, help="the first compile's policy (default: the rule itself)")
     args = parser.parse_args()
     modules = draw(args)
-    tasks = [Task(m, args.policy, args.linkage_from) for m in modules]
+    tasks = [Task(m, args.policy, args.linkage_from, args.first_policy) for m in modules]
     rows = [r for _, r in run_tasks(two_compiles, tasks, workers=args.workers, progress=True)]
     ok = report(rows, ("rule", "lookup"))
     print(f"withdrawn decisions {sum(r['withdrawn'] for r in ok)} in {sum(1 for r in ok if r['withdrawn'])} modules; "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import recorded_decisions, traced_decisions
 
-from optgym.policies.allowance import AllowanceError, allowance_policy, describe, trainable
+from optgym.policies.allowance import AllowanceError, allowance_policy, describe, gates_of, trainable
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot
 from optgym.problems import get_problem
@@ -149,10 +149,22 @@ def test_es_trains_an_allowance_on_from_its_warm_start(corpus_dir, tmp_path):
     assert moved.any() and not (moved & (trainable(start) == 0)).any()
 
 
+def test_a_warm_start_with_the_first_gates_learns_the_others_from_zero(corpus_dir, tmp_path):
+    """A trained allowance given a new gate (``with_gates``): the run starts where it stood, the new weight at 0."""
+    _with(allowance_policy(GATES[:2]), -0.3, [0.5, -0.2]).save(tmp_path / "fewer")
+    start = MLPPolicy.load(tmp_path / "fewer")
+    cfg = ESConfig(str(corpus_dir), str(tmp_path / "es"), allowance=GATES, warmstart=str(tmp_path / "fewer"),
+                   iterations=1, directions=1, workers=1, final_eval=False, snapshot_every=1)  # fmt: skip
+    train_es(cfg, say=lambda s: None)
+    first = MLPPolicy.load(tmp_path / "es" / "snapshots" / "00000000" / "policy")
+    assert gates_of(first) == list(GATES) and describe(first)[1:3] == describe(start)[1:3]
+    assert describe(first)[0] == describe(start)[0] and all(w == 0 for _, w in describe(first)[3:])
+
+
 @pytest.mark.parametrize(
     ("start", "message"),
-    [(lambda: allowance_policy(GATES[:2]), "gates are"), (lambda: allowance_policy(GATES, heuristic_weight=0.25),
-     "weighs clang's answer 0.25")],
+    [(lambda: allowance_policy(GATES[1:]), "are not the first of"), (lambda: allowance_policy([*GATES, "cxx"]),
+     "gates are"), (lambda: allowance_policy(GATES, heuristic_weight=0.25), "weighs clang's answer 0.25")],
 )  # fmt: skip
 def test_an_allowance_warm_start_of_another_layout_is_refused(corpus_dir, tmp_path, start, message):
     start().save(tmp_path / "other")

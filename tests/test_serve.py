@@ -167,9 +167,10 @@ class _Point:
 def test_the_servers_memo_keys_on_everything_a_policy_reads(vocab_path):
     """The server remembers a greedy MLPPolicy's answer per (view, observation bytes, heuristic, language):
     exact only while those are all a decision depends on."""
-    # ``problem`` is the channel's own (one memo per served problem), so it is in the key already
-    assert DecisionPoint.__slots__ == ("_obs", "_view", "heuristic", "index", "language", "problem"), (
-        "DecisionPoint has a new input: add it to the memo key in optgym/serve/server.py"
+    # ``problem`` is the channel's own (one memo per served problem), so it is in the key already; ``linkage``
+    # enters the key as the decision's ``callee_survives`` bit (Decider.decide)
+    assert DecisionPoint.__slots__ == ("_obs", "_view", "heuristic", "index", "language", "linkage", "problem"), (
+        "DecisionPoint has a new input: add it to the memo key in optgym/rollout/decider.py (Decider.decide)"
     )
     policy = MLPPolicy.initial(Vocab.load(vocab_path), extras=(*RESIDUAL_EXTRAS, CXX_INPUT), seed=3)
     policy.weights = [(w * 50, b) for w, b in policy.weights]  # decisions that vary

@@ -96,7 +96,9 @@ def allowance_policy(
     extras = [*LEADING, *gates]
     parsed = parse_extras(extras, features)
     if any(kind in (HEURISTIC_INPUT, "margin") for kind, _, _ in parsed[len(LEADING) :]):
-        raise AllowanceError(f"gates are 0/1 inputs (at_most:F:K, at_least:F:K, cxx), not {list(gates)}")
+        raise AllowanceError(
+            f"gates are 0/1 inputs (at_most:F:K, at_least:F:K, cxx, callee_survives), not {list(gates)}"
+        )
     width = len(features) * PER_FEATURE
     weights = np.zeros((width + len(extras), 2))
     weights[width, 1] = heuristic_weight
@@ -138,6 +140,20 @@ def check_start(policy: MLPPolicy, gates: Sequence[str], heuristic_weight: float
         raise AllowanceError(f"the warm start weighs clang's answer {weight:g}, not {heuristic_weight:g}")
 
 
+def with_gates(policy: MLPPolicy, gates: Sequence[str]) -> MLPPolicy:
+    """``policy`` (an allowance) reading ``gates``: its own gates, which must come first and in order, then the
+    new ones at weight 0, so every decision stays what it was. How a trained allowance learns an input it did not
+    have (``callee_survives``, say) from where it stands instead of from clang's decisions."""
+    have = gates_of(policy)
+    if not is_allowance(policy) or list(gates[: len(have)]) != have:
+        raise AllowanceError(f"the allowance's gates {have} are not the first of {list(gates)}")
+    ((weights, bias),) = policy.weights
+    grown = np.zeros((weights.shape[0] + len(gates) - len(have), weights.shape[1]))
+    grown[: weights.shape[0]] = weights
+    return MLPPolicy([(grown, bias)], policy.vocab, problem=policy.problem, activation=policy.activation,
+                     source=policy.source, extras=[*LEADING, *gates], languages=policy.languages)  # fmt: skip
+
+
 def gates_of(policy: MLPPolicy) -> list[str]:
     """The gates an allowance policy reads, in the order of its weights."""
     return list(policy.extras[len(LEADING) :])
@@ -161,4 +177,5 @@ __all__ = [
     "gates_of",
     "is_allowance",
     "trainable",
+    "with_gates",
 ]

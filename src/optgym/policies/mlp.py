@@ -110,6 +110,11 @@ class MLPPolicy:
         """The derived inputs after the normalized features (``optgym.problems.inputs``)."""
         return self.inputs.extras
 
+    @property
+    def reads_callee_linkage(self) -> bool:
+        """Whether it reads ``callee_survives``: a loop serving it learns the module's callee linkage first."""
+        return self.inputs.needs_linkage
+
     def stochastic(self, seed: int | None = None) -> MLPPolicy:
         """The same network, sampling actions from its softmax (reproducible from ``seed``)."""
         clone = copy.copy(self)  # shares weights and normalizer: no per-module rebuild in workers
@@ -117,15 +122,19 @@ class MLPPolicy:
         return clone
 
     def logits(
-        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+        self,
+        raw: np.ndarray,
+        heuristic: np.ndarray | int | None = None,
+        cxx: np.ndarray | int | None = None,
+        survives: np.ndarray | int | None = None,
     ) -> np.ndarray:
-        """Action logits for raw feature vectors ``[..., F]`` (and the heuristic's decisions ``[...]`` and
-        whether the module is C++, which policies with those derived inputs need)."""
+        """Action logits for raw feature vectors ``[..., F]`` (and the heuristic's decisions ``[...]``, whether
+        the module is C++ and whether the callee survives, which policies with those derived inputs need)."""
         if self._extras_rows is not None and np.ndim(raw) == 1:
-            extras = self.inputs.extras_of_one(np.asarray(raw, dtype=np.float64), heuristic, cxx)
+            extras = self.inputs.extras_of_one(np.asarray(raw, dtype=np.float64), heuristic, cxx, survives)
             h = np.asarray(extras) @ self._extras_rows
         else:
-            h = self.inputs(raw, heuristic, cxx) @ self.weights[0][0]
+            h = self.inputs(raw, heuristic, cxx, survives) @ self.weights[0][0]
         h += self.weights[0][1]
         for w, b in self.weights[1:]:
             if self.activation == "tanh":
@@ -137,7 +146,8 @@ class MLPPolicy:
         return h
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        logits = self.logits(point.vector(), point.heuristic, is_cxx(point.language))
+        survives = point.callee_survives if self.reads_callee_linkage else None
+        logits = self.logits(point.vector(), point.heuristic, is_cxx(point.language), survives)
         if logits.size == 2:  # the common binary case in plain floats: numpy's per-call overhead dominates here
             a, b = float(logits[0]), float(logits[1])
             top = max(a, b)

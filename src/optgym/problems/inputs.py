@@ -18,6 +18,10 @@ Derived inputs are named, and the names are stored with the policy:
   threshold shrinks C++ and grows C. The language is the module's in a rollout
   (:attr:`optgym.corpus.Module.language`) and the compile's in a served build
   (:func:`optgym.toolchain.language.driver_language`);
+* ``callee_survives`` — ``1`` where the call site's callee stays in the object whatever is inlined (an
+  ``external`` function of this translation unit), as a first compile of the module learned it
+  (:mod:`optgym.rollout.linkage`): inlining such a callee is pure growth, where inlining a ``linkonce_odr``
+  one can delete its last copy. clang never sends linkage; the loop that asks the policy supplies it;
 * ``at_most:A:K`` — ``1`` where raw feature ``A`` is at most the integer ``K`` (a gate: the shipped policy
   moves clang's threshold only for callees with few users, ``at_most:callee_users:2``);
 * ``at_least:A:K`` — ``1`` where raw feature ``A`` is at least ``K`` (a gate on the module's size, say:
@@ -41,6 +45,9 @@ from optgym.problems.normalize import Normalizer, Vocab, VocabError
 
 HEURISTIC_INPUT = "heuristic"
 CXX_INPUT = "cxx"
+SURVIVES_INPUT = "callee_survives"
+#: The 0/1 inputs the loop gives (clang's answer, the language, the callee's linkage), not read off the features.
+GIVEN = (HEURISTIC_INPUT, CXX_INPUT, SURVIVES_INPUT)
 MARGIN_PREFIX = "margin:"
 AT_MOST_PREFIX = "at_most:"
 AT_LEAST_PREFIX = "at_least:"
@@ -56,7 +63,7 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
     bound of an ``at_most`` or ``at_least``, else -1."""
     parsed = []
     for extra in extras:
-        if extra in (HEURISTIC_INPUT, CXX_INPUT):
+        if extra in GIVEN:
             parsed.append((extra, -1, -1))
             continue
         if extra.startswith((AT_MOST_PREFIX, AT_LEAST_PREFIX)) and extra.count(":") == 2:
@@ -76,7 +83,8 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
             parsed.append(("margin", list(names).index(a), list(names).index(b)))
             continue
         raise VocabError(
-            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'at_most:A:K', 'at_least:A:K' or 'margin:A-B' "
+            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'callee_survives', 'at_most:A:K', 'at_least:A:K' "
+            "or 'margin:A-B' "
             "(A, B feature names)"
         )
     return parsed
@@ -89,17 +97,20 @@ def margin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sign(d) * np.log(np.abs(d) + 1.0) / MARGIN_SCALE
 
 
-def _given(kind: str, heuristic: Any, cxx: Any) -> Any:
-    """The caller's value for a ``heuristic`` or ``cxx`` input; a clear error if the caller had none."""
-    value = heuristic if kind == HEURISTIC_INPUT else cxx
+_GIVEN_WHAT = {HEURISTIC_INPUT: "the heuristic's decision", CXX_INPUT: "the module's language",
+               SURVIVES_INPUT: "the callee's linkage (optgym.rollout.linkage)"}  # fmt: skip
+
+
+def _given(kind: str, heuristic: Any, cxx: Any, survives: Any) -> Any:
+    """The caller's value for a ``heuristic``, ``cxx`` or ``callee_survives`` input; a clear error if it had none."""
+    value = heuristic if kind == HEURISTIC_INPUT else cxx if kind == CXX_INPUT else survives
     if value is None:
-        what = "the heuristic's decision" if kind == HEURISTIC_INPUT else "the module's language"
-        raise VocabError(f"this policy reads {what}, and none was given")
+        raise VocabError(f"this policy reads {_GIVEN_WHAT[kind]}, and none was given")
     return value
 
 
 class PolicyInputs:
-    """``(raw features [..., F], heuristic [...]) → network inputs [..., F × 4 + E]`` (float64 or as asked)."""
+    """``(raw features [..., F], heuristic [...], …) → network inputs [..., F × 4 + E]`` (float64 or as asked)."""
 
     def __init__(self, vocab: Vocab, extras: Sequence[str] = ()) -> None:
         self.normalizer = Normalizer(vocab)
@@ -115,11 +126,16 @@ class PolicyInputs:
     def needs_language(self) -> bool:
         return any(kind == CXX_INPUT for kind, _, _ in self.parsed)
 
+    @property
+    def needs_linkage(self) -> bool:
+        return any(kind == SURVIVES_INPUT for kind, _, _ in self.parsed)
+
     def __call__(
         self,
         raw: np.ndarray,
         heuristic: np.ndarray | int | None = None,
         cxx: np.ndarray | int | None = None,
+        survives: np.ndarray | int | None = None,
         dtype: type = np.float64,
     ) -> np.ndarray:
         normalized = self.normalizer(raw, dtype=np.float64)
@@ -127,11 +143,11 @@ class PolicyInputs:
             return normalized if dtype == np.float64 else normalized.astype(dtype)
         raw = np.asarray(raw, dtype=np.float64)
         if raw.ndim == 1:
-            return self._one(raw, normalized, heuristic, cxx, dtype)
+            return self._one(raw, normalized, heuristic, cxx, survives, dtype)
         columns = []
         for kind, a, b in self.parsed:
-            if kind in (HEURISTIC_INPUT, CXX_INPUT):
-                flag = np.asarray(_given(kind, heuristic, cxx), dtype=np.float64) > 0
+            if kind in GIVEN:
+                flag = np.asarray(_given(kind, heuristic, cxx, survives), dtype=np.float64) > 0
                 columns.append(np.broadcast_to(flag.astype(np.float64), raw.shape[:-1]))
             elif kind in BOUNDS:
                 columns.append(BOUNDS[kind](raw[..., a], b).astype(np.float64))
@@ -140,15 +156,17 @@ class PolicyInputs:
         out = np.concatenate([normalized, np.stack(columns, axis=-1)], axis=-1)
         return out if dtype == np.float64 else out.astype(dtype)
 
-    def _one(self, raw: np.ndarray, normalized: np.ndarray, heuristic: Any, cxx: Any, dtype: type) -> np.ndarray:
+    def _one(
+        self, raw: np.ndarray, normalized: np.ndarray, heuristic: Any, cxx: Any, survives: Any, dtype: type
+    ) -> np.ndarray:
         """One decision's inputs: the normalized features, then :meth:`extras_of_one`."""
         out = np.empty(self.width, dtype=np.float64)
         width = self.normalizer.width
         out[:width] = normalized
-        out[width:] = self.extras_of_one(raw, heuristic, cxx)
+        out[width:] = self.extras_of_one(raw, heuristic, cxx, survives)
         return out if dtype == np.float64 else out.astype(dtype)
 
-    def extras_of_one(self, raw: np.ndarray, heuristic: Any, cxx: Any) -> list[float]:
+    def extras_of_one(self, raw: np.ndarray, heuristic: Any, cxx: Any, survives: Any = None) -> list[float]:
         """One decision's derived inputs (``raw`` one feature vector), computed as scalars: a served build
         asks one decision at a time, and broadcasting costs ~90 µs of numpy calls per row (measured) for
         a handful of numbers. Bit for bit the batched values: the margin takes the same ``np.log`` ufunc,
@@ -156,8 +174,8 @@ class PolicyInputs:
         values = raw.tolist()
         out = []
         for kind, a, b in self.parsed:
-            if kind in (HEURISTIC_INPUT, CXX_INPUT):
-                out.append(1.0 if _given(kind, heuristic, cxx) > 0 else 0.0)
+            if kind in GIVEN:
+                out.append(1.0 if _given(kind, heuristic, cxx, survives) > 0 else 0.0)
             elif kind in BOUNDS:
                 out.append(1.0 if BOUNDS[kind](values[a], b) else 0.0)
             else:
@@ -166,4 +184,13 @@ class PolicyInputs:
         return out
 
 
-__all__ = ["CXX_INPUT", "HEURISTIC_INPUT", "RESIDUAL_EXTRAS", "PolicyInputs", "margin", "parse_extras"]
+__all__ = [
+    "CXX_INPUT",
+    "GIVEN",
+    "HEURISTIC_INPUT",
+    "RESIDUAL_EXTRAS",
+    "SURVIVES_INPUT",
+    "PolicyInputs",
+    "margin",
+    "parse_extras",
+]

@@ -22,6 +22,7 @@ import numpy as np
 
 from optgym.problems import FeatureView, InvalidAction, Problem
 from optgym.protocol import Header, Observation
+from optgym.rollout.linkage import CalleeLinkage
 from optgym.toolchain.language import family
 
 #: What a policy answers: an index (inlining: 0/1; eviction: a column) or a number (a live range's priority).
@@ -37,7 +38,7 @@ MEMO_ENTRIES = 1 << 15
 class DecisionPoint:
     """What a policy sees at one decision; feature views are computed only when asked for."""
 
-    __slots__ = ("_obs", "_view", "heuristic", "index", "language", "problem")
+    __slots__ = ("_obs", "_view", "heuristic", "index", "language", "linkage", "problem")
 
     def __init__(
         self,
@@ -47,10 +48,18 @@ class DecisionPoint:
         index: int,
         language: str | None = None,
         problem: Problem | None = None,
+        linkage: CalleeLinkage | None = None,
     ) -> None:
         self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
         self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
         self.problem = problem  # the decision's problem, when the loop knows it: see valid_actions()
+        self.linkage = linkage  # the module's callee linkage from a first compile, when the policy reads it
+
+    @property
+    def callee_survives(self) -> bool | None:
+        """Whether this call site's callee stays in the object whatever is inlined, as the first compile saw it
+        (:mod:`optgym.rollout.linkage`); ``None`` where the loop learned no linkage."""
+        return None if self.linkage is None else self.linkage.survives(self._view, self._obs)
 
     def valid_actions(self) -> np.ndarray | None:
         """The indices of the actions the problem allows here (an eviction's unmasked candidates), or ``None``
@@ -98,7 +107,9 @@ class Policy(Protocol):
     * ``languages`` — the language families ("C", "C++") it decides; the others are left to clang, whose channel
       is then not even opened (:func:`decides`);
     * ``compiler`` — the clang version it was trained with (or a ``source`` record's ``compiler`` entry, as
-      :class:`~optgym.policies.mlp.MLPPolicy` and the scorers keep it): another major version is not served.
+      :class:`~optgym.policies.mlp.MLPPolicy` and the scorers keep it): another major version is not served;
+    * ``reads_callee_linkage`` — true when it reads :attr:`DecisionPoint.callee_survives`: the loop then learns
+      the module's callee linkage with a first compile (:mod:`optgym.rollout.linkage`).
     """
 
     def __call__(self, point: DecisionPoint, /) -> Choice: ...
@@ -112,6 +123,7 @@ class PolicyInfo:
     feature_names: tuple[str, ...] | None = None
     languages: tuple[str, ...] | None = None
     compiler: str | None = None
+    reads_callee_linkage: bool = False
 
     @classmethod
     def of(cls, policy: object) -> PolicyInfo:
@@ -124,6 +136,7 @@ class PolicyInfo:
             feature_names=None if names is None else tuple(names),
             languages=None if languages is None else tuple(languages),
             compiler=compiler or None,
+            reads_callee_linkage=bool(getattr(policy, "reads_callee_linkage", False)),
         )
 
 
@@ -165,6 +178,7 @@ class Decider:
         "heuristic",
         "index",
         "language",
+        "linkage",
         "log_prob",
         "memo",
         "policy",
@@ -180,8 +194,10 @@ class Decider:
         language: str | None,
         *,
         memo: dict[tuple[Any, ...], Action] | None = None,
+        linkage: CalleeLinkage | None = None,
     ) -> None:
         self.problem, self.view, self.policy, self.language, self.memo = problem, view, policy, language, memo
+        self.linkage = linkage  # the module's callee linkage, for a policy that reads it
         self.header: Header = view.header
         self._heuristic_action = problem.heuristic_action  # bound once: called at every decision
         self._rules = rules_out_actions(problem)
@@ -201,11 +217,13 @@ class Decider:
         memo = self.memo
         if memo is not None:
             key = (self.view, obs.raw, heuristic, self.language)
+            if self.linkage is not None:  # the same features mean another input in another module
+                key += (self.linkage.survives(self.view, obs),)
             action = memo.get(key)
             if action is not None:
                 self.log_prob = None  # remembered answers keep no log-probability: a greedy policy's is not read
                 return action
-        choice = policy(DecisionPoint(self.view, obs, heuristic, index, self.language, self.problem))
+        choice = policy(DecisionPoint(self.view, obs, heuristic, index, self.language, self.problem, self.linkage))
         if isinstance(choice, tuple):
             action, self.log_prob = choice
         else:

@@ -12,14 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
 from optgym.problems import FeatureView, InvalidAction, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
-from optgym.rollout.decider import Decider, Policy, decides
+from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
+from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, surviving_functions
 from optgym.toolchain import interactive
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import run
+from optgym.toolchain.remarks import read_remarks, record_flags
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -78,9 +82,13 @@ class Episode:
         extra_flags: Sequence[str] = (),
         companions: Sequence[Companion] = (),
         policy: Policy | None = None,
+        linkage: CalleeLinkage | None = None,
     ) -> None:
         self.problem, self.module, self.toolchain = problem, module, toolchain
         self.keep_object = keep_object
+        if linkage is None and PolicyInfo.of(policy).reads_callee_linkage:  # a first compile learns it (cached)
+            linkage = callee_linkage(problem, module, toolchain, timeout=timeout)
+        self.linkage = linkage
         self._object = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         companions = [(p, companion) for p, companion in companions if decides(companion, module.language)]
         problems = [problem, *(p for p, _ in companions)]
@@ -155,7 +163,8 @@ class Episode:
         except Exception:
             self.close()
             raise
-        decider = Decider(problem, view, self._policies[channel], self.module.language)
+        linkage = self.linkage if channel == 0 else None
+        decider = Decider(problem, view, self._policies[channel], self.module.language, linkage=linkage)
         self._deciders[channel] = decider
         return decider
 
@@ -249,3 +258,49 @@ def baseline(
     if result.ok:  # failures are not cached: a timeout may pass on a quieter machine
         cache.put(key, result.__dict__)
     return result
+
+
+#: Bumped when what a callee-linkage table holds changes: older cached tables are then not read.
+LINKAGE_VERSION = "1"
+
+
+def callee_linkage(
+    problem: Problem,
+    module: Module,
+    toolchain: Toolchain,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    cache: ResultCache | None = None,
+) -> CalleeLinkage:
+    """``module``'s callee linkage (:mod:`optgym.rollout.linkage`), learned by one compile with clang's own
+    decisions, its optimization record and its object's symbol table; cached on disk like :func:`baseline`.
+    A failed first compile gives an empty table (no call site survives), which is not cached."""
+    names = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
+    cache = cache or ResultCache("callee-linkage")
+    key = cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity, LINKAGE_VERSION])
+    if (hit := cache.get(key)) is not None:
+        return CalleeLinkage.from_json(hit)
+    pass_name, argument = DECISION_REMARKS
+    with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
+        record, obj = Path(tmp) / "record.yaml", Path(tmp) / "module.o"
+        features: list[np.ndarray] = []
+        with Episode(problem, module, toolchain, timeout=timeout, keep_object=obj,
+                     extra_flags=record_flags(record, pass_name)) as ep:  # fmt: skip
+            obs = ep.begin()
+            while obs is not None:
+                assert ep.decider is not None
+                features.append(ep.decider.view.vector(obs))
+                obs = ep.act(ep.decider.decide(obs))  # no policy: clang's own answer
+        assert ep.result is not None
+        if not ep.result.ok:
+            return CalleeLinkage.empty(names, f"first compile: {ep.result.status}")
+        callees = [r.get(argument, "") for r in read_remarks(record, pass_name)] if record.exists() else []
+        if len(callees) != len(features):
+            table = CalleeLinkage.empty(names, f"{len(callees)} remarks for {len(features)} decisions")
+        else:
+            matrix = np.stack(features) if features else np.zeros((0, len(names)), np.float32)
+            table = CalleeLinkage.from_decisions(
+                names, matrix, callees, surviving_functions(obj, str(toolchain.tool("llvm-nm")))
+            )
+    cache.put(key, table.to_json())
+    return table

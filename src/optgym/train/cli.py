@@ -455,7 +455,7 @@ def es_command(
         str | None,
         typer.Option(
             help="learn only an allowance over clang's inline threshold, gated by these 0/1 inputs "
-            "(comma-separated at_most:F:K, at_least:F:K, cxx; 'default': optgym.policies.allowance's ladder), "
+            "(comma-separated at_most:F:K, at_least:F:K, cxx, callee_survives; 'default': the ladder), "
             "from clang's decisions or from --warmstart, an allowance with these gates (train imitate --allowance)"
         ),
     ] = None,
@@ -512,7 +512,10 @@ def pattern_command(
         str, typer.Option(help="the allowance's 0/1 gates (comma-separated; 'default': optgym.policies.allowance's)")
     ] = "default",
     warmstart: Annotated[
-        Path | None, typer.Option(help="start from this allowance (same gates; train imitate --allowance makes one)")
+        Path | None,
+        typer.Option(
+            help="start from this allowance (its gates first: new ones start at 0; train imitate --allowance)"
+        ),
     ] = None,
     step: Annotated[float, typer.Option(help="first step on each coordinate (a power of two, margin units)")] = 0.25,
     min_step: Annotated[float, typer.Option(help="a coordinate whose step falls below this is done")] = 1 / 64,

@@ -57,7 +57,10 @@ from optgym.policies.allowance import (
     allowance_policy,
     check_start,
     describe,
+    gates_of,
+    is_allowance,
     trainable,
+    with_gates,
 )
 from optgym.policies.embedded import unpack_policy
 from optgym.policies.exported import ExportError
@@ -316,6 +319,8 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
             if found is None:
                 raise RunError(f"--warmstart {cfg.warmstart} holds no policy")
             policy = load_policy_dir(found)
+            if cfg.allowance:
+                policy = grown_to(policy, cfg.allowance)  # type: ignore[arg-type]
         elif scored:
             policy = CandidateScorer.initial(cfg.problem)
         elif cfg.allowance:
@@ -439,18 +444,28 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
 def allowance_start(spec: str, problem: str, gates: list[str], heuristic_weight: float = HEURISTIC_WEIGHT) -> MLPPolicy:
     """The allowance a run starts from (``--warmstart``: e.g. an imitated allowance, which ES or a pattern search
-    trains further), refused unless it is of the family asked for. It is loaded aside, so a refused run leaves no
-    directory behind."""
+    trains further), refused unless it is of the family asked for. A start with only the first of the gates asked
+    for learns the others from where it stands (:func:`~optgym.policies.allowance.with_gates`). It is loaded
+    aside, so a refused run leaves no directory behind."""
     with tempfile.TemporaryDirectory() as aside:
         found = warm_start_dir(spec, problem, Path(aside))
         if found is None:
             raise RunError(f"--warmstart {spec} holds no policy")
         policy = load_policy_dir(found)
         try:
+            policy = grown_to(policy, gates)  # type: ignore[arg-type]
             check_start(policy, gates, heuristic_weight)  # type: ignore[arg-type]
         except AllowanceError as e:
             raise RunError(f"--warmstart {spec}: {e}") from None
     return policy  # type: ignore[return-value]
+
+
+def grown_to(policy: MLPPolicy, gates: list[str]) -> MLPPolicy:
+    """An allowance start with only the first of ``gates`` given the others at weight 0; any other policy as it is
+    (:func:`~optgym.policies.allowance.check_start` judges it)."""
+    if is_allowance(policy) and len(gates_of(policy)) < len(gates):
+        return with_gates(policy, gates)
+    return policy
 
 
 def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:

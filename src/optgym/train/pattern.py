@@ -110,10 +110,12 @@ class InputRecorder:
     def __init__(self, policy: MLPPolicy) -> None:
         self.policy = policy
         self.rows: list[list[float]] = []
+        self.reads_callee_linkage = policy.reads_callee_linkage  # the episode learns the linkage for it
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
         raw = np.asarray(point.vector(), dtype=np.float64)
-        self.rows.append(self.policy.inputs.extras_of_one(raw, point.heuristic, is_cxx(point.language)))
+        survives = point.callee_survives if self.reads_callee_linkage else None
+        self.rows.append(self.policy.inputs.extras_of_one(raw, point.heuristic, is_cxx(point.language), survives))
         return self.policy(point)
 
 

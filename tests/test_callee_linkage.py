@@ -1,0 +1,118 @@
+"""Callee linkage learned by a first compile (optgym.rollout.linkage) and the ``callee_survives`` input, on real
+clang-22 compiles of a module whose callees are known: two external functions that stay whatever is inlined, and
+two inline (``linkonce_odr``) ones whose last inlined call deletes them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import _corpus
+
+from optgym.policies.allowance import DEFAULT_GATES, AllowanceError, allowance_policy, with_gates
+from optgym.problems import get_problem
+from optgym.problems.normalize import VocabError
+from optgym.rollout import rollout
+from optgym.rollout.decider import DecisionPoint
+from optgym.rollout.episode import callee_linkage
+from optgym.rollout.linkage import MODULE_WIDE, CalleeLinkage
+from optgym.toolchain.remarks import read_remarks, record_flags
+
+#: Each function is called from two places with different constant arguments, so that its call sites differ in
+#: features: ``stays_*`` are external (their bodies stay in the object), ``goes_*`` inline (linkonce_odr).
+SOURCE = r"""
+extern int sink(int);
+int stays_a(int x) { int s = 0; for (int i = 0; i < x; ++i) s += sink(i * 3); return s + sink(x); }
+int stays_b(int x, int y) { return sink(x) * sink(y) + sink(x ^ y) - sink(x & y); }
+inline int goes_a(int x) { int s = 0; for (int i = 0; i < x; ++i) s += sink(i + 7); return s - sink(x * 5); }
+inline int goes_b(int x, int y) { return sink(x + y) * sink(x - y) + sink(x * y); }
+int use1(int v) { return stays_a(v) + goes_a(v) + stays_b(v, 1) + goes_b(v, 2); }
+int use2(int v, int w) { return stays_a(w) - goes_a(w) + stays_b(w, v) - goes_b(v, w); }
+"""
+
+
+@pytest.fixture(scope="module")
+def linkage_module(toolchain, tmp_path_factory):
+    corpus = _corpus(toolchain, tmp_path_factory.mktemp("linkage"), {"calls": (".cpp", SOURCE)})
+    return corpus.modules[0]
+
+
+class SurvivesRecorder:
+    """clang's own decisions, keeping what ``callee_survives`` said at each."""
+
+    reads_callee_linkage = True
+
+    def __init__(self) -> None:
+        self.seen: list[bool | None] = []
+
+    def __call__(self, point: DecisionPoint) -> int:
+        self.seen.append(point.callee_survives)
+        return int(point.heuristic or 0)
+
+
+def test_first_compile_learns_which_callees_stay(linkage_module, toolchain, tmp_path):
+    problem = get_problem("inline-size")
+    table = callee_linkage(problem, linkage_module, toolchain)
+    assert table.status == "ok" and table.keys, table.status
+    assert callee_linkage(problem, linkage_module, toolchain) == table  # the cache gives it back unchanged
+
+    recorder, record = SurvivesRecorder(), tmp_path / "record.yaml"
+    run = rollout(problem, linkage_module, toolchain, recorder, extra_flags=record_flags(record, "inline-ml"))
+    assert run.result.ok
+    callees = [r["Callee"] for r in read_remarks(record, "inline-ml")]
+    assert len(callees) == len(recorder.seen)
+    said = {}
+    for callee, survives in zip(callees, recorder.seen, strict=True):
+        said.setdefault(callee.split("(")[0], set()).add(survives)
+    stays = [c for c in said if "stays_" in c]
+    goes = [c for c in said if "goes_" in c]
+    assert stays and goes, said
+    assert all(said[c] == {True} for c in stays), said  # the same compile as the first: every key found again
+    assert all(said[c] == {False} for c in goes), said
+
+
+def test_a_key_seen_with_a_deletable_callee_never_survives():
+    names = ["cost_estimate", "node_count", "threshold"]
+    features = np.array([[10, 1, 5], [10, 2, 5], [20, 1, 5], [30, 9, 5]], np.float32)
+    table = CalleeLinkage.from_decisions(names, features, ["ext", "inl", "ext", "ext"], surviving=["ext"])
+    # (10, 5) was seen with a deletable callee; node_count is module-wide and not part of the key
+    assert table.keys == {(20, 5), (30, 5)}
+    assert "node_count" in MODULE_WIDE
+    assert CalleeLinkage.from_json(table.to_json()) == table
+
+
+def test_a_policy_reading_linkage_without_a_loop_that_learned_it_is_refused(linkage_module, toolchain):
+    policy = allowance_policy([*DEFAULT_GATES, "callee_survives"])
+    assert policy.reads_callee_linkage
+    with pytest.raises(VocabError, match="linkage"):
+        policy.logits(np.zeros(len(policy.feature_names)), 0, 1)
+
+
+def test_a_negative_weight_on_callee_survives_withdraws_only_surviving_callees(linkage_module, toolchain):
+    """An allowance that inlines past clang everywhere, with and without a strongly negative ``callee_survives``
+    weight: the gate withdraws the extra inlines of surviving callees and keeps clang's own."""
+    problem = get_problem("inline-size")
+    greedy = allowance_policy([*DEFAULT_GATES, "callee_survives"])
+    greedy.weights[0][1][1] = 2.0  # bias: inline whatever the margin
+    greedy._prune()
+    gated = allowance_policy([*DEFAULT_GATES, "callee_survives"])
+    gated.weights[0][1][1] = 2.0
+    gated.weights[0][0][-1, 1] = -3.0  # 4·h + m + 2 − 3: clang's yes stays, an extra inline of a survivor goes
+    gated._prune()
+    loose = rollout(problem, linkage_module, toolchain, greedy).trajectory
+    tight = rollout(problem, linkage_module, toolchain, gated).trajectory
+    assert (loose.actions >= loose.heuristic).all() and (tight.actions >= tight.heuristic).all()
+    assert tight.actions.sum() < loose.actions.sum()
+
+
+def test_with_gates_keeps_every_decision_and_refuses_other_gates():
+    policy = allowance_policy()
+    policy.weights[0][0][-3:, 1] = [0.5, -0.25, 0.125]
+    policy._prune()
+    grown = with_gates(policy, [*DEFAULT_GATES, "callee_survives"])
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 300, size=(50, len(policy.feature_names))).astype(np.float64)
+    heuristic = rng.integers(0, 2, size=50)
+    for survives in (0, 1):
+        assert np.array_equal(grown.logits(raw, heuristic, 1, survives), policy.logits(raw, heuristic, 1))
+    with pytest.raises(AllowanceError):
+        with_gates(policy, ["callee_survives", *DEFAULT_GATES])
