@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 from conftest import recorded_decisions, traced_decisions
 
-from optgym.policies.allowance import AllowanceError, allowance_policy, describe, gates_of, trainable
+from optgym.policies.allowance import (
+    AllowanceError,
+    allowance_policy,
+    check_start,
+    describe,
+    gates_of,
+    trainable,
+    unscaled,
+)
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot
 from optgym.problems import get_problem
@@ -226,3 +234,20 @@ def test_an_allowance_trained_on_cxx_decides_cxx_only(corpus_dir, tmp_path):
     cxx_rows = [r for name, r in rows.items() if language[name] == "C++"]
     assert c_rows and all(r.policy_text == r.heuristic_text and r.decisions_differing == 0 for r in c_rows)
     assert any(r.decisions_differing > 0 for r in cxx_rows), "an allowance that changes no C++ decision tests nothing"
+
+
+def test_a_ppo_allowance_scaled_by_its_temperature_is_the_same_start_unscaled():
+    """PPO's copy of an allowance carries its temperature in every inline weight (32 on clang's answer at 0.125):
+    ``unscaled`` gives the family's form, the margin's weight 1, with the same decisions."""
+    policy = _with(allowance_policy(GATES), -0.3, [0.5, -0.2, 0.4])
+    ((weights, bias),) = policy.weights
+    scaled = MLPPolicy([(weights * [1, 8], bias * [1, 8])], policy.vocab, extras=policy.extras)
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 400, size=(500, len(policy.feature_names))).astype(np.float64)
+    heuristic = rng.integers(0, 2, size=500)
+    back = unscaled(scaled)
+    check_start(back, GATES)
+    with pytest.raises(AllowanceError, match="weighs clang's answer 32"):
+        check_start(scaled, GATES)
+    assert np.allclose(back.parameters(), policy.parameters())
+    assert np.array_equal(back.logits(raw, heuristic, 1).argmax(-1), scaled.logits(raw, heuristic, 1).argmax(-1))

@@ -140,6 +140,23 @@ def check_start(policy: MLPPolicy, gates: Sequence[str], heuristic_weight: float
         raise AllowanceError(f"the warm start weighs clang's answer {weight:g}, not {heuristic_weight:g}")
 
 
+def unscaled(policy: MLPPolicy) -> MLPPolicy:
+    """An allowance in the family's own form, the margin's weight 1: its inline logit divided by that weight, the
+    same decisions. PPO trains a copy whose logit is scaled by ``1/temperature`` (``--temperature 0.125``: the
+    weight on clang's answer is 32, on the margin 8), which ES and the pattern search take as a start only so."""
+    if not is_allowance(policy):
+        raise AllowanceError("not an allowance policy: no hidden layer, inputs heuristic and margin, then gates")
+    ((weights, bias),) = policy.weights
+    scale = float(weights[policy.normalizer.width + 1, 1])
+    if not scale > 0 or scale == 1.0:
+        return policy
+    weights, bias = weights.copy(), bias.copy()
+    weights[:, 1] /= scale
+    bias[1] /= scale
+    return MLPPolicy([(weights, bias)], policy.vocab, problem=policy.problem, activation=policy.activation,
+                     source=policy.source, extras=policy.extras, languages=policy.languages)  # fmt: skip
+
+
 def with_gates(policy: MLPPolicy, gates: Sequence[str]) -> MLPPolicy:
     """``policy`` (an allowance) reading ``gates``: its own gates, which must come first and in order, then the
     new ones at weight 0, so every decision stays what it was. How a trained allowance learns an input it did not
@@ -177,5 +194,6 @@ __all__ = [
     "gates_of",
     "is_allowance",
     "trainable",
+    "unscaled",
     "with_gates",
 ]

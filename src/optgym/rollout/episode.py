@@ -12,18 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
 from optgym.problems import FeatureView, InvalidAction, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
-from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, surviving_functions
+from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, learn_linkage
 from optgym.toolchain import interactive
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import run
-from optgym.toolchain.remarks import read_remarks, record_flags
+from optgym.toolchain.remarks import record_flags
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -275,32 +273,20 @@ def callee_linkage(
     """``module``'s callee linkage (:mod:`optgym.rollout.linkage`), learned by one compile with clang's own
     decisions, its optimization record and its object's symbol table; cached on disk like :func:`baseline`.
     A failed first compile gives an empty table (no call site survives), which is not cached."""
-    names = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
     cache = cache or ResultCache("callee-linkage")
     key = cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity, LINKAGE_VERSION])
     if (hit := cache.get(key)) is not None:
         return CalleeLinkage.from_json(hit)
-    pass_name, argument = DECISION_REMARKS
     with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
         record, obj = Path(tmp) / "record.yaml", Path(tmp) / "module.o"
-        features: list[np.ndarray] = []
-        with Episode(problem, module, toolchain, timeout=timeout, keep_object=obj,
-                     extra_flags=record_flags(record, pass_name)) as ep:  # fmt: skip
-            obs = ep.begin()
-            while obs is not None:
-                assert ep.decider is not None
-                features.append(ep.decider.view.vector(obs))
-                obs = ep.act(ep.decider.decide(obs))  # no policy: clang's own answer
-        assert ep.result is not None
-        if not ep.result.ok:
-            return CalleeLinkage.empty(names, f"first compile: {ep.result.status}")
-        callees = [r.get(argument, "") for r in read_remarks(record, pass_name)] if record.exists() else []
-        if len(callees) != len(features):
-            table = CalleeLinkage.empty(names, f"{len(callees)} remarks for {len(features)} decisions")
-        else:
-            matrix = np.stack(features) if features else np.zeros((0, len(names)), np.float32)
-            table = CalleeLinkage.from_decisions(
-                names, matrix, callees, surviving_functions(obj, str(toolchain.tool("llvm-nm")))
-            )
+        flags = record_flags(record, DECISION_REMARKS[0])
+        compile_ = interactive.InteractiveCompile(
+            lambda *bases: module.argv(toolchain.clang, [*flags, *problem_flags([problem], bases)], obj),
+            timeout=timeout,
+            cwd=module.workdir,
+        )
+        table = learn_linkage(compile_, problem, record, obj, str(toolchain.tool("llvm-nm")))
+    if table.status.startswith("first compile"):
+        return table
     cache.put(key, table.to_json())
     return table

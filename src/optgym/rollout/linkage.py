@@ -29,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from optgym.problems import FeatureView
+from optgym.problems import FeatureView, Problem
 from optgym.protocol import Observation
+from optgym.toolchain.interactive import InteractiveCompile
+from optgym.toolchain.remarks import read_remarks
 
 #: Features every inline moves, module-wide: left out of the key that finds a call site again.
 MODULE_WIDE = ("node_count", "edge_count")
@@ -95,4 +97,31 @@ def surviving_functions(obj: Path, llvm_nm: str) -> set[str]:
     return {parts[2] for parts in map(str.split, out.splitlines()) if len(parts) == 3 and parts[1] in SURVIVING_SYMBOLS}
 
 
-__all__ = ["DECISION_REMARKS", "MODULE_WIDE", "CalleeLinkage", "key_columns", "surviving_functions"]
+def learn_linkage(
+    compile_: InteractiveCompile, problem: Problem, record: Path, obj: Path, llvm_nm: str
+) -> CalleeLinkage:
+    """The callee linkage a first compile shows: ``compile_`` (not started; one channel, ``problem``'s, writing
+    optimization record ``record`` and object ``obj``) answered with clang's own decisions. A compile that fails, or
+    whose record does not name one callee per decision, gives an empty table, its ``status`` saying why."""
+    names = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
+    features: list[np.ndarray] = []
+    with compile_:
+        if compile_.start() is not None:
+            header = compile_.header
+            assert header is not None
+            view = problem.view(header)
+            while (obs := compile_.next_observation()) is not None:
+                features.append(view.vector(obs))
+                compile_.answer(problem.encode_action(header, problem.heuristic_action(view, obs)))
+        outcome = compile_.finish()
+    if not outcome.ok or outcome.returncode != 0:
+        return CalleeLinkage.empty(names, f"first compile: {outcome.status} {outcome.detail}".strip())
+    pass_name, argument = DECISION_REMARKS
+    callees = [r.get(argument, "") for r in read_remarks(record, pass_name)] if record.exists() else []
+    if len(callees) != len(features):
+        return CalleeLinkage.empty(names, f"{len(callees)} remarks for {len(features)} decisions")
+    matrix = np.stack(features) if features else np.zeros((0, len(names)), np.float32)
+    return CalleeLinkage.from_decisions(names, matrix, callees, surviving_functions(obj, llvm_nm))
+
+
+__all__ = ["DECISION_REMARKS", "MODULE_WIDE", "CalleeLinkage", "key_columns", "learn_linkage", "surviving_functions"]

@@ -60,6 +60,7 @@ from optgym.policies.allowance import (
     gates_of,
     is_allowance,
     trainable,
+    unscaled,
     with_gates,
 )
 from optgym.policies.embedded import unpack_policy
@@ -461,11 +462,13 @@ def allowance_start(spec: str, problem: str, gates: list[str], heuristic_weight:
 
 
 def grown_to(policy: MLPPolicy, gates: list[str]) -> MLPPolicy:
-    """An allowance start with only the first of ``gates`` given the others at weight 0; any other policy as it is
-    (:func:`~optgym.policies.allowance.check_start` judges it)."""
-    if is_allowance(policy) and len(gates_of(policy)) < len(gates):
-        return with_gates(policy, gates)
-    return policy
+    """An allowance start in the family's form (:func:`~optgym.policies.allowance.unscaled`: a PPO allowance's
+    logit carries its temperature), with only the first of ``gates`` given the others at weight 0; any other
+    policy as it is (:func:`~optgym.policies.allowance.check_start` judges it)."""
+    if not is_allowance(policy):
+        return policy
+    policy = unscaled(policy)
+    return with_gates(policy, gates) if len(gates_of(policy)) < len(gates) else policy
 
 
 def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:
