@@ -4,18 +4,27 @@ two inline (``linkonce_odr``) ones whose last inlined call deletes them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import _corpus
 
 from optgym.policies.allowance import DEFAULT_GATES, AllowanceError, allowance_policy, with_gates
+from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
 from optgym.problems.normalize import VocabError
 from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
 from optgym.rollout.episode import callee_linkage
 from optgym.rollout.linkage import MODULE_WIDE, CalleeLinkage
+from optgym.toolchain import object_sizes
 from optgym.toolchain.remarks import read_remarks, record_flags
+
+CXX = str(Path(sys.executable).parent / "optgym-c++")
 
 #: Each function is called from two places with different constant arguments, so that its call sites differ in
 #: features: ``stays_*`` are external (their bodies stay in the object), ``goes_*`` inline (linkonce_odr).
@@ -116,3 +125,42 @@ def test_with_gates_keeps_every_decision_and_refuses_other_gates():
         assert np.array_equal(grown.logits(raw, heuristic, 1, survives), policy.logits(raw, heuristic, 1))
     with pytest.raises(AllowanceError):
         with_gates(policy, ["callee_survives", *DEFAULT_GATES])
+
+
+def _gated(survives_weight: float) -> MLPPolicy:
+    """An allowance that inlines past clang everywhere, with ``survives_weight`` on ``callee_survives``."""
+    policy = allowance_policy([*DEFAULT_GATES, "callee_survives"])
+    policy.weights[0][1][1] = 2.0
+    policy.weights[0][0][-1, 1] = survives_weight
+    policy._prune()
+    return policy
+
+
+def test_optgym_cxx_learns_the_linkage_of_each_compile_it_serves(tmp_path, no_leftovers):
+    """A served build of a policy that reads ``callee_survives``: the server compiles each file once first (strict
+    mode: any failure to supply the input would fail the compile), and the gate changes the object."""
+    (tmp_path / "calls.cpp").write_text(SOURCE)
+    sizes = {}
+    for name, weight in (("loose", 0.0), ("tight", -3.0)):
+        _gated(weight).save(tmp_path / name)
+        env = {**os.environ, "OPTGYM_POLICY": str(tmp_path / name), "OPTGYM_STRICT": "1", "OPTGYM_SERVER_IDLE": "5"}
+        done = subprocess.run([CXX, "-Oz", "-c", "calls.cpp", "-o", f"{name}.o"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0 and not done.stderr, done.stderr
+        sizes[name] = object_sizes(tmp_path / f"{name}.o").text_bytes
+    assert sizes["tight"] < sizes["loose"], sizes
+
+
+def test_a_file_that_does_not_compile_gives_clangs_own_error_once(tmp_path, no_leftovers):
+    """The first compile of a broken file fails quietly (its table is empty); the build sees clang's diagnostics
+    once, from the compile it asked for, and clang's exit code."""
+    (tmp_path / "bad.cpp").write_text("int f( { return 1; }\n")
+    _gated(-3.0).save(tmp_path / "policy")
+    env = {**os.environ, "OPTGYM_POLICY": str(tmp_path / "policy"), "OPTGYM_SERVER_IDLE": "5"}
+    done = subprocess.run([CXX, "-Oz", "-c", "bad.cpp", "-o", "bad.o"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    plain = subprocess.run(["clang++-22", "-Oz", "-c", "bad.cpp", "-o", "plain.o"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert done.returncode == plain.returncode != 0
+    assert done.stderr.count("error:") == plain.stderr.count("error:") > 0, done.stderr
+    assert not (tmp_path / "bad.o").exists()

@@ -52,6 +52,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from optgym.errors import OptgymError
@@ -60,6 +61,7 @@ from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio
 from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
 from optgym.protocol import Header
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
+from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, learn_linkage
 from optgym.serve.guard import (
     Guard,
     guard_below,
@@ -75,6 +77,7 @@ from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
+from optgym.toolchain.remarks import driver_record_flags
 
 MAX_REQUEST = 1 << 20
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
@@ -156,6 +159,11 @@ class Served:
     # A deterministic policy's answers, remembered across the build's compiles (~35 µs each saved).
     memo: dict[tuple[Any, ...], Any] | None = None  # see Decider
     view: tuple[Header, FeatureView, str | None] | None = None  # the last header's view and fit verdict
+
+    @property
+    def linkage_reader(self) -> bool:
+        """Whether the policy reads the callee's linkage: each compile it serves is then compiled once before."""
+        return PolicyInfo.of(self.policy).reads_callee_linkage
 
 
 @dataclass
@@ -343,7 +351,11 @@ class Server:
         started = time.time()
         try:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
-            reply = self._drive(compile_, language, guard, served)
+            linkage = self._linkage(argv, cwd, env, served, timeout, running)
+            if running.gone:
+                return {"fallback": True, "warning": "the launcher went away"}
+            running.compile = compile_
+            reply = self._drive(compile_, language, guard, served, linkage)
             if not reply.get("fallback"):
                 _copy(diagnostics, stderr_fd)
             elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
@@ -496,10 +508,12 @@ class Server:
         language: str,
         guard: Guard | None = None,
         served: Sequence[Served] | None = None,
+        linkage: CalleeLinkage | None = None,
     ) -> dict[str, Any]:
         """Answer every decision of ``compile_``, each with its channel's policy (channel ``i`` is
         ``served[i]``; default: every served problem); ``guard``'s reference compile starts at the first
-        answer that is not clang's own (any answer to a problem whose stream carries none counts as one)."""
+        answer that is not clang's own (any answer to a problem whose stream carries none counts as one).
+        ``linkage`` is the compile's callee linkage, for the policies that read it."""
         served = self.served if served is None else served
         warnings: list[str] = []
         if compile_.start() is not None:
@@ -512,7 +526,9 @@ class Server:
                     channel = compile_.channel
                     decider = deciders[channel]
                     if decider is None:
-                        decider = deciders[channel] = self._decider(served[channel], compile_, language, warnings)
+                        decider = deciders[channel] = self._decider(
+                            served[channel], compile_, language, warnings, linkage
+                        )
                     action = decider.decide(obs)
                     answer(decider.advice(obs, action))
                     if guard is not None and action != decider.heuristic:
@@ -529,7 +545,14 @@ class Server:
             reply["warning"] = "; ".join(warnings)
         return reply
 
-    def _decider(self, served: Served, compile_: InteractiveCompile, language: str, warnings: list[str]) -> Decider:
+    def _decider(
+        self,
+        served: Served,
+        compile_: InteractiveCompile,
+        language: str,
+        warnings: list[str],
+        linkage: CalleeLinkage | None = None,
+    ) -> Decider:
         """The decider of ``served``'s channel, made at its first decision of a compile. A policy that does not
         fit this compiler answers nothing: clang's own answer goes instead (a decider without a policy), or —
         for a problem whose stream carries none — the compile falls back to a plain one."""
@@ -541,7 +564,41 @@ class Server:
                 raise OptgymError(f"{served.problem.name}: {warning}, and the compiler sends no answer of its own")
             warnings.append(f"{warning}; this compile used clang's own {served.problem.name} heuristic")
             return Decider(served.problem, view, None, language)
-        return Decider(served.problem, view, served.policy, language, memo=served.memo)
+        reads = served.linkage_reader
+        return Decider(
+            served.problem, view, served.policy, language, memo=served.memo, linkage=linkage if reads else None
+        )
+
+    def _linkage(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: dict[str, str],
+        served: Sequence[Served],
+        timeout: float,
+        running: _Running,
+    ) -> CalleeLinkage | None:
+        """The callee linkage of this compile, for a served policy that reads it (``None`` where none does): a
+        first compile of the same command with clang's own inlining, its optimization record and its object, in a
+        temporary directory (:mod:`optgym.rollout.linkage`). A compile that cannot write a second object (not one
+        source to one object) gets an empty table: the policy decides as for a callee that can go."""
+        reader = next((s for s in served if s.linkage_reader), None)
+        if reader is None:
+            return None
+        names = [s.name for s in reader.problem.expected_features() if s.name not in reader.problem.hidden_features]
+        if "-c" not in argv or (why := unguardable(argv[1:])) is not None:
+            return CalleeLinkage.empty(names, why or "not a -c compile")
+        with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
+            record, obj = os.path.join(tmp, "record.yaml"), os.path.join(tmp, "first.o")
+            args = [argv[0], *reference_args(argv[1:], obj), *driver_record_flags(record, DECISION_REMARKS[0])]
+            first = running.compile = InteractiveCompile(
+                lambda *bases: [*args, NO_CRASH_FILES, *problem_flags([reader.problem], bases)],
+                timeout=timeout,
+                stderr=subprocess.DEVNULL,
+                cwd=cwd,
+                env=env,
+            )
+            return learn_linkage(first, reader.problem, Path(record), Path(obj), str(self.toolchain.tool("llvm-nm")))
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:
