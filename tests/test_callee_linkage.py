@@ -164,3 +164,26 @@ def test_a_file_that_does_not_compile_gives_clangs_own_error_once(tmp_path, no_l
     assert done.returncode == plain.returncode != 0
     assert done.stderr.count("error:") == plain.stderr.count("error:") > 0, done.stderr
     assert not (tmp_path / "bad.o").exists()
+
+
+def test_a_linkage_policy_exports_and_decides_alike_on_onnxruntime(tmp_path):
+    """The exported graph takes ``callee_survives`` as an input of its own, and decides as the trained policy."""
+    from optgym.policies.export import export_policy
+    from optgym.policies.exported import OnnxPolicy
+
+    policy = _gated(-3.0)
+    policy.weights[0][0][-4:-1, 1] = [0.5, -0.25, 0.125]
+    policy._prune()
+    policy.save(tmp_path / "gated")
+    export_policy(tmp_path / "gated", tmp_path / "gated.onnx")
+    served = OnnxPolicy.load(tmp_path / "gated.onnx")
+    assert served.reads_callee_linkage
+    rng = np.random.default_rng(1)
+    raw = rng.integers(0, 300, size=(400, len(policy.feature_names))).astype(np.float64)
+    heuristic, survives = rng.integers(0, 2, size=400), rng.integers(0, 2, size=400)
+    assert np.array_equal(
+        served.actions(raw, heuristic, 1, survives), policy.logits(raw, heuristic, 1, survives).argmax(-1)
+    )
+    assert not np.array_equal(
+        served.actions(raw, heuristic, 1, survives), served.actions(raw, heuristic, 1, 1 - survives)
+    )

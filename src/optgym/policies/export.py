@@ -69,6 +69,7 @@ from optgym.policies.exported import (
     META_KEY,
     SCORES,
     SUFFIX,
+    SURVIVES,
     VOCAB_KEY,
     ExportError,
     OnnxPolicy,
@@ -173,6 +174,8 @@ def build_model(policy: MLPPolicy, metadata: dict[str, Any]) -> onnx.ModelProto:
         graph_inputs.append(helper.make_tensor_value_info(HEURISTIC, TensorProto.DOUBLE, ["N"]))
     if policy.inputs.needs_language:
         graph_inputs.append(helper.make_tensor_value_info(CXX, TensorProto.DOUBLE, ["N"]))
+    if policy.inputs.needs_linkage:
+        graph_inputs.append(helper.make_tensor_value_info(SURVIVES, TensorProto.DOUBLE, ["N"]))
     outputs = [
         helper.make_tensor_value_info(LOGITS, TensorProto.DOUBLE, ["N", n_actions]),
         helper.make_tensor_value_info(ACTION, TensorProto.INT64, ["N"]),
@@ -302,7 +305,7 @@ def _derived_input_nodes(policy: MLPPolicy, consts: dict[str, np.ndarray]) -> tu
     :class:`~optgym.problems.inputs.PolicyInputs` does; adds their constants to ``consts``."""
     from onnx import TensorProto, helper
 
-    from optgym.problems.inputs import CXX_INPUT, HEURISTIC_INPUT, MARGIN_SCALE
+    from optgym.problems.inputs import CXX_INPUT, GIVEN, HEURISTIC_INPUT, MARGIN_SCALE, SURVIVES_INPUT
 
     node = helper.make_node
     nodes, columns = [], []
@@ -311,8 +314,8 @@ def _derived_input_nodes(policy: MLPPolicy, consts: dict[str, np.ndarray]) -> tu
                        "axes1": np.array([1], dtype=np.int64)})  # fmt: skip
     for j, (kind, a, b) in enumerate(policy.inputs.parsed):
         col = f"extra{j}"
-        if kind in (HEURISTIC_INPUT, CXX_INPUT):  # (input > 0) as 0.0 / 1.0
-            source = HEURISTIC if kind == HEURISTIC_INPUT else CXX
+        if kind in GIVEN:  # (input > 0) as 0.0 / 1.0
+            source = {HEURISTIC_INPUT: HEURISTIC, CXX_INPUT: CXX, SURVIVES_INPUT: SURVIVES}[kind]
             nodes += [node("Greater", [source, "zero"], [f"{col}_bool"]),
                       node("Cast", [f"{col}_bool"], [f"{col}_flat"], to=TensorProto.DOUBLE),
                       node("Unsqueeze", [f"{col}_flat", "axes1"], [col])]  # fmt: skip
@@ -505,11 +508,11 @@ def _check_mlp_export(policy: MLPPolicy, served: Any, output: Path, found: Path)
     exported = OnnxPolicy.load(output)
     rng = np.random.default_rng(0)
     probe = rng.integers(-2, 1 << 12, size=(256, len(policy.feature_names))).astype(np.float64)
-    heuristic, cxx = rng.integers(0, 2, size=256), rng.integers(0, 2, size=256)
-    trained = policy.logits(probe, heuristic, cxx)
-    if served is None or not np.array_equal(served.logits(probe, heuristic, cxx), trained):
+    heuristic, cxx, survives = (rng.integers(0, 2, size=256) for _ in range(3))
+    trained = policy.logits(probe, heuristic, cxx, survives)
+    if served is None or not np.array_equal(served.logits(probe, heuristic, cxx, survives), trained):
         raise ExportError(f"the embedded policy computes differently from {found}: not written")
-    if not np.array_equal(exported.actions(probe, heuristic, cxx), trained.argmax(-1)):
+    if not np.array_equal(exported.actions(probe, heuristic, cxx, survives), trained.argmax(-1)):
         raise ExportError(f"the exported graph decides differently from {found} on random features: not written")
 
 

@@ -27,6 +27,7 @@ EXPORT_KIND = "optgym-onnx-policy"
 EXPORT_FORMAT_VERSION = 1
 META_KEY, VOCAB_KEY, DIGEST_KEY = "optgym", "optgym.vocab", "optgym.digest"
 INPUT, HEURISTIC, CXX, LOGITS, ACTION = "features", "heuristic", "cxx", "logits", "action"
+SURVIVES = "callee_survives"  # the graph input of a policy that reads the callee's linkage
 MASK, SCORES = "mask", "scores"  # a candidate scorer's graph (see export.build_scorer_model)
 SCORER_FORM = "candidate-scorer"
 SUFFIX = ".onnx"
@@ -92,6 +93,7 @@ class OnnxPolicy:
         self._features: list[str] = list(metadata["features"])
         self._needs_heuristic = "heuristic" in (metadata.get("extras") or [])
         self._needs_language = "cxx" in (metadata.get("extras") or [])
+        self.reads_callee_linkage = SURVIVES in (metadata.get("extras") or [])
         self.languages: list[str] | None = metadata.get("languages")  # the families it decides; None: all
         self.greedy = True
         self.rng = np.random.default_rng()
@@ -138,36 +140,52 @@ class OnnxPolicy:
         return clone
 
     def outputs(
-        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+        self,
+        raw: np.ndarray,
+        heuristic: np.ndarray | int | None = None,
+        cxx: np.ndarray | int | None = None,
+        survives: np.ndarray | int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(logits [N, A], actions [N])`` for raw feature vectors ``[N, F]`` (and the heuristic's
-        decisions ``[N]`` and the C++ flag, which policies with those derived inputs need)."""
+        decisions ``[N]``, the C++ flag and whether the callee survives, which policies with those derived
+        inputs need)."""
         x = np.ascontiguousarray(raw, dtype=np.float64).reshape(-1, len(self._features))
         feeds = {INPUT: x}
-        if self._needs_heuristic:
-            if heuristic is None:
-                raise ExportError(f"{self.path} reads the heuristic's decision, and none was given")
-            feeds[HEURISTIC] = np.broadcast_to(np.asarray(heuristic, dtype=np.float64), (len(x),)).copy()
-        if self._needs_language:
-            if cxx is None:
-                raise ExportError(f"{self.path} reads the module's language, and none was given")
-            feeds[CXX] = np.broadcast_to(np.asarray(cxx, dtype=np.float64), (len(x),)).copy()
+        for name, needed, value, what in (
+            (HEURISTIC, self._needs_heuristic, heuristic, "the heuristic's decision"),
+            (CXX, self._needs_language, cxx, "the module's language"),
+            (SURVIVES, self.reads_callee_linkage, survives, "the callee's linkage"),
+        ):
+            if not needed:
+                continue
+            if value is None:
+                raise ExportError(f"{self.path} reads {what}, and none was given")
+            feeds[name] = np.broadcast_to(np.asarray(value, dtype=np.float64), (len(x),)).copy()
         logits, actions = self.session.run([LOGITS, ACTION], feeds)
         return logits, actions
 
     def logits(
-        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+        self,
+        raw: np.ndarray,
+        heuristic: np.ndarray | int | None = None,
+        cxx: np.ndarray | int | None = None,
+        survives: np.ndarray | int | None = None,
     ) -> np.ndarray:
-        return self.outputs(raw, heuristic, cxx)[0]
+        return self.outputs(raw, heuristic, cxx, survives)[0]
 
     def actions(
-        self, raw: np.ndarray, heuristic: np.ndarray | int | None = None, cxx: np.ndarray | int | None = None
+        self,
+        raw: np.ndarray,
+        heuristic: np.ndarray | int | None = None,
+        cxx: np.ndarray | int | None = None,
+        survives: np.ndarray | int | None = None,
     ) -> np.ndarray:
         """The graph's own greedy decisions (its ArgMax node) for raw feature vectors ``[N, F]``."""
-        return self.outputs(raw, heuristic, cxx)[1]
+        return self.outputs(raw, heuristic, cxx, survives)[1]
 
     def __call__(self, point: DecisionPoint) -> tuple[int, float]:
-        logits, actions = self.outputs(point.vector(), point.heuristic, is_cxx(point.language))
+        survives = point.callee_survives if self.reads_callee_linkage else None
+        logits, actions = self.outputs(point.vector(), point.heuristic, is_cxx(point.language), survives)
         row = logits[0]
         if row.size == 2:  # the binary case in plain floats, as MLPPolicy: it runs between two of clang's decisions
             a, b = float(row[0]), float(row[1])
