@@ -40,9 +40,13 @@ int use2(int v, int w) { return stays_a(w) - goes_a(w) + stays_b(w, v) - goes_b(
 
 
 @pytest.fixture(scope="module")
-def linkage_module(toolchain, tmp_path_factory):
-    corpus = _corpus(toolchain, tmp_path_factory.mktemp("linkage"), {"calls": (".cpp", SOURCE)})
-    return corpus.modules[0]
+def linkage_corpus(toolchain, tmp_path_factory):
+    return _corpus(toolchain, tmp_path_factory.mktemp("linkage"), {"calls": (".cpp", SOURCE)})
+
+
+@pytest.fixture(scope="module")
+def linkage_module(linkage_corpus):
+    return linkage_corpus.modules[0]
 
 
 class SurvivesRecorder:
@@ -187,3 +191,43 @@ def test_a_linkage_policy_exports_and_decides_alike_on_onnxruntime(tmp_path):
     assert not np.array_equal(
         served.actions(raw, heuristic, 1, survives), served.actions(raw, heuristic, 1, 1 - survives)
     )
+
+
+def test_the_env_hands_callee_survives_to_an_agent_as_a_rollout_gives_it_to_a_policy(
+    linkage_corpus, linkage_module, toolchain
+):
+    """``optgym.make(…, callee_linkage=True)``: every pending decision's ``info`` says whether its callee survives,
+    the same values, decision for decision, as a policy inside a rollout reads (clang's answers in both)."""
+    import optgym
+
+    recorder = SurvivesRecorder()
+    assert rollout(get_problem("inline-size"), linkage_module, toolchain, recorder).result.ok
+    env = optgym.make("inline-size", corpus=linkage_corpus, callee_linkage=True)
+    try:
+        _, info = env.reset(options={"module": linkage_module.name})
+        seen, done = [], False
+        while not done:
+            seen.append(bool(info["callee_survives"]))
+            _, _, terminated, truncated, info = env.step(info["heuristic_action"])
+            done = terminated or truncated
+    finally:
+        env.close()
+    assert seen == recorder.seen and any(seen) and not all(seen)
+
+
+def test_ppo_trains_an_allowance_grown_with_callee_survives(linkage_corpus, tmp_path):
+    """``optgym train ppo --allowance default,callee_survives --warmstart ALLOWANCE``: the actor reads the new gate
+    from weight 0, and the run's env workers supply it (an env without it would fail the first step)."""
+    from optgym.train.sb3 import SB3Config, train_sb3
+
+    start = allowance_policy()
+    start.weights[0][1][1] = 0.5
+    start._prune()
+    start.save(tmp_path / "start")
+    run = tmp_path / "ppo"
+    cfg = SB3Config("ppo", str(linkage_corpus.root), str(run), warmstart=str(tmp_path / "start"),
+                    allowance=[*DEFAULT_GATES, "callee_survives"], iterations=2, steps_per_iteration=64, workers=1,
+                    final_eval=False, critic="heuristic", learning_rate=0.05)  # fmt: skip
+    train_sb3(cfg, say=lambda s: None)
+    final = MLPPolicy.load(run / "final" / "policy")
+    assert final.extras[-1] == "callee_survives" and final.reads_callee_linkage

@@ -412,7 +412,7 @@ def test_ppo_on_one_language_rolls_out_its_modules_and_decides_only_it(corpus_di
     [({"critic": "value"}, "unknown --critic"), ({"temperature": 0.0}, "must be positive"),
      ({"algorithm": "dqn", "temperature": 2.0}, "for PPO and A2C"), ({"warmstart": None}, "give --warmstart"),
      ({"credit": "deviations"}, "needs --critic heuristic"), ({"credit": "some"}, "unknown --credit"),
-     ({"allowance": ["at_most:callee_users:2"]}, "no --warmstart"),
+     ({"allowance": ["at_most:callee_users:2"]}, "not an allowance policy"),
      ({"allowance": ["at_most:callee_users:2"], "warmstart": None}, "needs --vocab"),
      ({"language": "Rust"}, "C or C\\+\\+")],
 )  # fmt: skip

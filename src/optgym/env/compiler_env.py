@@ -27,7 +27,7 @@ from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
 from optgym.errors import CompileError, CorpusError
 from optgym.problems import Problem
-from optgym.rollout.episode import DEFAULT_TIMEOUT, Episode, EpisodeResult, baseline
+from optgym.rollout.episode import DEFAULT_TIMEOUT, Episode, EpisodeResult, baseline, callee_linkage
 from optgym.toolchain.llvm import Toolchain, find_toolchain
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ class CompilerEnv(gym.Env):
         on_error: ``"raise"`` (a module that fails before its first decision raises
             :class:`CompileError`) or ``"skip"`` (it is logged and the next module is taken).
         transcript_dir: record every exchange there (default ``$OPTGYM_TRANSCRIPT``).
+        callee_linkage: learn each module's callee linkage with a first compile (cached) and put the pending
+            decision's ``callee_survives`` (0/1, :mod:`optgym.rollout.linkage`) in ``info``.
         report_timing: put ``compile_seconds`` in the final info. It is the one value of an
             episode that is not a function of seed and actions, so gymnasium's determinism check
             (``check_env``) fails on a one-decision module unless this is off.
@@ -63,6 +65,7 @@ class CompilerEnv(gym.Env):
         toolchain: Toolchain | None = None,
         cache: ResultCache | None = None,
         report_timing: bool = True,
+        callee_linkage: bool = False,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -73,6 +76,7 @@ class CompilerEnv(gym.Env):
             raise CorpusError(f"corpus {self.corpus.root} has no modules to compile")
         self.toolchain = toolchain or find_toolchain((problem.hook,))
         self.timeout, self.on_error, self.report_timing = timeout, on_error, report_timing
+        self.callee_linkage = callee_linkage
         transcript_dir = transcript_dir or os.environ.get("OPTGYM_TRANSCRIPT")
         self.transcript_dir = Path(transcript_dir) if transcript_dir else None
         self.cache = cache or ResultCache("baseline")
@@ -152,7 +156,12 @@ class CompilerEnv(gym.Env):
             transcript = (
                 self.transcript_dir / f"{module.name.replace('/', '_')}.{os.getpid()}.{self._episodes}.transcript"
             )
-        episode = Episode(self.problem, module, self.toolchain, timeout=self.timeout, transcript=transcript)
+        linkage = None
+        if self.callee_linkage:  # a first compile per module, cached: see optgym.rollout.linkage
+            linkage = callee_linkage(self.problem, module, self.toolchain, timeout=self.timeout)
+        episode = Episode(
+            self.problem, module, self.toolchain, timeout=self.timeout, transcript=transcript, linkage=linkage
+        )
         if episode.begin() is None:
             assert episode.result is not None
             if not episode.result.ok:
@@ -184,6 +193,8 @@ class CompilerEnv(gym.Env):
         mask = self.problem.action_mask(episode.view, episode.observation)
         if mask is not None:
             info["action_mask"] = mask
+        if episode.linkage is not None:
+            info["callee_survives"] = int(episode.linkage.survives(episode.view, episode.observation))
         return info
 
     def _empty_observation(self) -> dict[str, np.ndarray]:

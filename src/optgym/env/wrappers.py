@@ -73,8 +73,9 @@ class PolicyInputsObservation(gym.Wrapper):
     """The raw ``Dict`` observation → ``Box`` of :class:`~optgym.problems.inputs.PolicyInputs`: the normalized
     features, then the derived inputs ``extras``.
 
-    A wrapper, not an ``ObservationWrapper``: two of the derived inputs are not in the observation.
-    Clang's own answer comes from the step's ``info["heuristic_action"]``. Whether the module is C++ comes from
+    A wrapper, not an ``ObservationWrapper``: three of the derived inputs are not in the observation.
+    Clang's own answer comes from the step's ``info["heuristic_action"]``, ``callee_survives`` from
+    ``info["callee_survives"]`` (an env made with ``callee_linkage=True``). Whether the module is C++ comes from
     the corpus entry named by ``info["module"]``. Bit for bit the vector a served policy computes inside a
     compile, so a policy trained on it behaves the same when ``optgym-cc`` serves it."""
 
@@ -92,7 +93,8 @@ class PolicyInputsObservation(gym.Wrapper):
             return np.zeros(self.inputs.width, dtype=np.float32)
         raw = np.array([observation[n].reshape(-1)[0] for n in self.names], dtype=np.float64)
         language = self.env.unwrapped.corpus[info["module"]].language  # type: ignore[attr-defined]
-        return self.inputs(raw, info.get("heuristic_action"), is_cxx(language), dtype=np.float32)
+        survives = info.get("callee_survives")
+        return self.inputs(raw, info.get("heuristic_action"), is_cxx(language), survives, dtype=np.float32)
 
     def reset(self, **kwargs: Any):
         observation, info = self.env.reset(**kwargs)

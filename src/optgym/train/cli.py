@@ -296,7 +296,8 @@ def _sb3_command(algorithm: str):
             str | None,
             typer.Option(
                 help="start from the learned allowance over clang's threshold, gated by these 0/1 inputs "
-                "('default': the ladder ES uses); a linear actor where only the allowance trains (needs --vocab)"
+                "('default': the ladder ES uses); a linear actor where only the allowance trains (needs --vocab). "
+                "With --warmstart (an allowance): the gates it lacks, callee_survives say, start at weight 0"
             ),
         ] = None,
         language: TrainLanguage = None,

@@ -59,6 +59,7 @@ from optgym.corpus.cache import ResultCache
 from optgym.corpus.split import apply_split
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot, policy_dir_of
+from optgym.problems.inputs import SURVIVES_INPUT
 from optgym.problems.normalize import Vocab
 from optgym.train.run import (
     ProgressCSV,
@@ -166,9 +167,9 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
     validating = set(cfg.get("held_back", ()))  # the validation packages: no episode trains on them
     modules = [m.name for m in of_language(corpus, cfg.get("language")) if m.name not in validating]
-    env: gym.Env = optgym.make(
-        cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip", timeout=cfg["timeout"], modules=modules
-    )
+    linkage = SURVIVES_INPUT in (cfg.get("extras") or ())  # the env learns each module's callee linkage first
+    env: gym.Env = optgym.make(cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip",
+                               timeout=cfg["timeout"], modules=modules, callee_linkage=linkage)  # fmt: skip
     if cfg.get("optimal_decision"):
         from optgym.env.wrappers import OptimalDecision
 
@@ -293,10 +294,14 @@ def check_config(cfg: SB3Config) -> None:
         raise RunError("--critic and --temperature are for PPO and A2C: DQN has no critic head and acts greedily")
     if cfg.credit == "deviations" and (cfg.critic != "heuristic" or cfg.algorithm == "dqn"):
         raise RunError("--credit deviations needs --critic heuristic (PPO/A2C): advantages in the reward's units")
-    if cfg.allowance and (cfg.warmstart or cfg.algorithm == "dqn" or cfg.problem != "inline-size"):
-        raise RunError("--allowance starts PPO/A2C from clang's own inline decisions: no --warmstart, inline-size")
-    if cfg.allowance and not cfg.vocab:
+    if cfg.allowance and (cfg.algorithm == "dqn" or cfg.problem != "inline-size"):
+        raise RunError("--allowance trains an inline allowance with PPO/A2C: inline-size, not DQN")
+    if cfg.allowance and not (cfg.vocab or cfg.warmstart):
         raise RunError("--allowance needs --vocab: the env normalizes the features the allowance reads at weight 0")
+    if cfg.allowance and cfg.warmstart:  # the start must be an allowance with the first of these gates
+        from optgym.train.es import allowance_start
+
+        allowance_start(cfg.warmstart, cfg.problem, cfg.allowance)
     if cfg.temperature != 1.0 and not (cfg.warmstart or cfg.allowance):
         raise RunError("--temperature softens a warm start's logits: give --warmstart")
 
@@ -483,6 +488,7 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
 
     from optgym.policies.allowance import allowance_policy, is_allowance
     from optgym.policies.torch_mlp import to_numpy_policy
+    from optgym.train.es import allowance_start
 
     check_config(cfg)
     run = Path(cfg.output)
@@ -496,7 +502,9 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
         cfg.corpus = str(Path(cfg.corpus).resolve())
         _resolve_split(cfg)
         cfg.vocab = _vocab_path(cfg)
-        if cfg.allowance:  # unknown gates are refused here, before the run exists
+        if cfg.allowance and cfg.warmstart:  # an allowance given the gates it lacks (callee_survives …) at weight 0
+            start = allowance_start(cfg.warmstart, cfg.problem, cfg.allowance)
+        elif cfg.allowance:  # unknown gates are refused here, before the run exists
             start = allowance_policy(cfg.allowance, cfg.problem, Vocab.load(cfg.vocab))
         elif cfg.warmstart:
             start = MLPPolicy.load(policy_dir_of(Path(cfg.warmstart)))  # type: ignore[arg-type]
