@@ -249,13 +249,18 @@ def baseline(
 ) -> EpisodeResult:
     """:func:`plain_compile`, cached on disk by module content, problem flags and compiler identity."""
     cache = cache or ResultCache("baseline")
-    key = cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity])
+    key = _compile_key(cache, problem, module, toolchain)
     if (hit := cache.get(key)) is not None:
         return EpisodeResult(**hit)
     result = plain_compile(problem, module, toolchain, timeout=timeout)
     if result.ok:  # failures are not cached: a timeout may pass on a quieter machine
         cache.put(key, result.__dict__)
     return result
+
+
+def _compile_key(cache: ResultCache, problem: Problem, module: Module, toolchain: Toolchain, *more: str) -> str:
+    """What a cached result of compiling ``module`` for ``problem`` depends on: content, flags, compiler, ``more``."""
+    return cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity, *more])
 
 
 #: Bumped when what a callee-linkage table holds changes: older cached tables are then not read.
@@ -274,7 +279,7 @@ def callee_linkage(
     decisions, its optimization record and its object's symbol table; cached on disk like :func:`baseline`.
     A failed first compile gives an empty table (no call site survives), which is not cached."""
     cache = cache or ResultCache("callee-linkage")
-    key = cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity, LINKAGE_VERSION])
+    key = _compile_key(cache, problem, module, toolchain, LINKAGE_VERSION)
     if (hit := cache.get(key)) is not None:
         return CalleeLinkage.from_json(hit)
     with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
