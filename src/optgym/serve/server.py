@@ -78,6 +78,7 @@ from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
+from optgym.toolchain.sizes import ElfError
 
 MAX_REQUEST = 1 << 20
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
@@ -181,6 +182,16 @@ class _Running:
         elif current is not None and current.outcome is None and current.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(current.pid, signal.SIGKILL)
+
+
+def _keep_clangs_if_smaller(output: str, clangs_object: str) -> dict[str, Any]:
+    """The build's object or clang's own from the linkage's first compile, whichever is smaller (a tie keeps the
+    policy's), as the guard reports it; a first compile that wrote nothing readable keeps the policy's."""
+    try:
+        policy, clang = keep_smaller(output, clangs_object)
+    except (OSError, ElfError) as e:
+        return {"guard": "policy", "guard_detail": f"clang's object from the first compile is unreadable: {e}"}
+    return {"guard": "clang" if clang < policy else "policy", "policy_text": policy, "clang_text": clang}
 
 
 def candidate_count(env: dict[str, str]) -> int | None:
@@ -342,20 +353,30 @@ class Server:
             cwd=cwd,
             env=env,
         )
-        # clang's own compile among the candidates is the guard already
+        # clang's own compile among the candidates is the guard already, and so is the first compile that learns the
+        # callee linkage for a policy reading it: its object is clang's own, kept when smaller
+        reads_linkage = not backend and any(s.linkage_reader for s in served)
         guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
+        # its object costs nothing more, so it guards every object unless the build turned guards off
+        keep_first = reads_linkage and env.get("OPTGYM_GUARD_BELOW", "").strip() != "0"
+        guarded = guarded and not reads_linkage
         guard = Guard(argv, cwd, env, below) if guarded else None
         if guard is not None and flags:  # pass options depart from clang's compile before any decision does
             guard.start()
         running = _Running(compile_)
         started = time.time()
+        clangs_object: str | None = None  # the linkage's first compile's object, beside the output
         try:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
-            linkage = self._linkage(argv, cwd, env, served, timeout, running)
-            if running.gone:
-                return {"fallback": True, "warning": "the launcher went away"}
-            running.compile = compile_
+            linkage = None
+            if reads_linkage:
+                linkage, clangs_object = self._linkage(argv, cwd, env, served, timeout, running)
+                if running.gone:
+                    return {"fallback": True, "warning": "the launcher went away"}
+                running.compile = compile_
             reply = self._drive(compile_, language, guard, served, linkage)
+            if keep_first and clangs_object is not None and not reply.get("fallback") and reply["returncode"] == 0:
+                reply |= _keep_clangs_if_smaller(output_path(argv[1:], cwd), clangs_object)
             if not reply.get("fallback"):
                 _copy(diagnostics, stderr_fd)
             elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
@@ -372,6 +393,9 @@ class Server:
             diagnostics.close()
             if guard is not None:
                 guard.close()
+            if clangs_object is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(clangs_object)
             os.close(stdout_fd)
             os.close(stderr_fd)
 
@@ -577,28 +601,36 @@ class Server:
         served: Sequence[Served],
         timeout: float,
         running: _Running,
-    ) -> CalleeLinkage | None:
-        """The callee linkage of this compile, for a served policy that reads it (``None`` where none does): a
-        first compile of the same command with clang's own inlining, its optimization record and its object, in a
-        temporary directory (:mod:`optgym.rollout.linkage`). A compile that cannot write a second object (not one
-        source to one object) gets an empty table: the policy decides as for a callee that can go."""
-        reader = next((s for s in served if s.linkage_reader), None)
-        if reader is None:
-            return None
+    ) -> tuple[CalleeLinkage, str | None]:
+        """The callee linkage of this compile, for the served policy that reads it: a first compile of the same
+        command with clang's own inlining and its optimization record (:mod:`optgym.rollout.linkage`); and that
+        compile's object, clang's own, in a hidden file beside the output for the caller to keep when it is the
+        smaller (``None`` when it is not there to keep). A compile that cannot write a second object (not one
+        source to one object) gets an empty table: the policy decides as for callees that can go."""
+        reader = next(s for s in served if s.linkage_reader)
         names = [s.name for s in reader.problem.expected_features() if s.name not in reader.problem.hidden_features]
         if "-c" not in argv or (why := unguardable(argv[1:])) is not None:
-            return CalleeLinkage.empty(names, why or "not a -c compile")
-        with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
-            record, obj = os.path.join(tmp, "record.yaml"), os.path.join(tmp, "first.o")
-            args = [argv[0], *reference_args(argv[1:], obj), *driver_record_flags(record, DECISION_REMARKS[0])]
-            first = running.compile = InteractiveCompile(
-                lambda *bases: [*args, NO_CRASH_FILES, *problem_flags([reader.problem], bases)],
-                timeout=timeout,
-                stderr=subprocess.DEVNULL,
-                cwd=cwd,
-                env=env,
-            )
-            return learn_linkage(first, reader.problem, Path(record), Path(obj), str(self.toolchain.tool("llvm-nm")))
+            return CalleeLinkage.empty(names, why or "not a -c compile"), None
+        output = output_path(argv[1:], cwd)
+        remove_orphans(*os.path.split(output))
+        obj = sibling(output)  # OSError (no file beside the output): the compile falls back, with its reason
+        try:
+            with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
+                record = os.path.join(tmp, "record.yaml")
+                args = [argv[0], *reference_args(argv[1:], obj), *driver_record_flags(record, DECISION_REMARKS[0])]
+                first = running.compile = InteractiveCompile(
+                    lambda *bases: [*args, NO_CRASH_FILES, *problem_flags([reader.problem], bases)],
+                    timeout=timeout,
+                    stderr=subprocess.DEVNULL,
+                    cwd=cwd,
+                    env=env,
+                )
+                nm = str(self.toolchain.tool("llvm-nm"))
+                return learn_linkage(first, reader.problem, Path(record), Path(obj), nm), obj
+        except BaseException:  # the caller never learns the file's name: it goes here
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(obj)
+            raise
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:
