@@ -216,7 +216,7 @@ class Decider:
             return heuristic  # log_prob stays None: a decider's policy never changes
         memo = self.memo
         if memo is not None:
-            key = (self.view, obs.raw, heuristic, self.language)
+            key: tuple[Any, ...] = (self.view, obs.raw, heuristic, self.language)
             if self.linkage is not None:  # the same features mean another input in another module
                 key += (self.linkage.survives(self.view, obs),)
             action = memo.get(key)

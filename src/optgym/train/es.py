@@ -37,7 +37,6 @@ policy) are written atomically every ``snapshot_every`` iterations; ``--resume R
 from __future__ import annotations
 
 import functools
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,24 +49,16 @@ from optgym.corpus.portable import PortableModule, local_module, portable_module
 from optgym.corpus.split import BATCHING, draw_modules
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
-from optgym.policies import PolicyFactory, pretrained_path
+from optgym.policies import PolicyFactory
 from optgym.policies.allowance import (
     HEURISTIC_WEIGHT,
-    AllowanceError,
     allowance_policy,
-    check_start,
     describe,
-    gates_of,
-    is_allowance,
     trainable,
-    unscaled,
-    with_gates,
 )
-from optgym.policies.embedded import unpack_policy
-from optgym.policies.exported import ExportError
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.scorer import CandidateScorer, ResidualScorer
-from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir, policy_dir_of
+from optgym.policies.trained import TrainedPolicy, latest_snapshot, load_policy_dir
 from optgym.problems import problem_class
 from optgym.problems.normalize import Vocab
 from optgym.train.evaluation import companion_factories, more_than_1pct_worse
@@ -86,6 +77,7 @@ from optgym.train.run import (
     write_snapshot,
 )
 from optgym.train.validation import Validation, record_line, to_tensorboard, write_selection
+from optgym.train.warmstart import allowance_start, grown_to, warm_start_dir
 
 
 @dataclass
@@ -441,50 +433,6 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     head = {"algorithm": "es", "iterations": cfg.iterations, "directions": cfg.directions}
     return evaluate_final(run, cfg.corpus, cfg.split, head, enabled=cfg.final_eval, workers=cfg.workers,
                           timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
-
-
-def allowance_start(spec: str, problem: str, gates: list[str], heuristic_weight: float = HEURISTIC_WEIGHT) -> MLPPolicy:
-    """The allowance a run starts from (``--warmstart``: e.g. an imitated allowance, which ES or a pattern search
-    trains further), refused unless it is of the family asked for. A start with only the first of the gates asked
-    for learns the others from where it stands (:func:`~optgym.policies.allowance.with_gates`). It is loaded
-    aside, so a refused run leaves no directory behind."""
-    with tempfile.TemporaryDirectory() as aside:
-        found = warm_start_dir(spec, problem, Path(aside))
-        if found is None:
-            raise RunError(f"--warmstart {spec} holds no policy")
-        policy = load_policy_dir(found)
-        try:
-            policy = grown_to(policy, gates)  # type: ignore[arg-type]
-            check_start(policy, gates, heuristic_weight)  # type: ignore[arg-type]
-        except AllowanceError as e:
-            raise RunError(f"--warmstart {spec}: {e}") from None
-    return policy  # type: ignore[return-value]
-
-
-def grown_to(policy: MLPPolicy, gates: list[str]) -> MLPPolicy:
-    """An allowance start in the family's form (:func:`~optgym.policies.allowance.unscaled`: a PPO allowance's
-    logit carries its temperature), with only the first of ``gates`` given the others at weight 0; any other
-    policy as it is (:func:`~optgym.policies.allowance.check_start` judges it)."""
-    if not is_allowance(policy):
-        return policy
-    policy = unscaled(policy)
-    return with_gates(policy, gates) if len(gates_of(policy)) < len(gates) else policy
-
-
-def warm_start_dir(spec: str, problem: str, run: Path) -> Path | None:
-    """The policy directory a run starts from: a run or policy directory as it is, or an exported file
-    (``pretrained``: the one shipped for ``problem``), whose embedded training policy is unpacked into
-    ``RUN/start`` — so a shipped policy can be trained further, on a corpus it never saw (ThinLTO backends,
-    another target), and the run keeps what it started from."""
-    if spec == "pretrained":
-        spec = str(pretrained_path(problem))
-    path = Path(spec)
-    if path.is_file():
-        try:
-            return unpack_policy(path, run / "start")
-        except ExportError as e:
-            raise RunError(f"--warmstart {spec}: {e}") from None
-    return policy_dir_of(path)
 
 
 def config_from_run(path: Path) -> ESConfig:

@@ -57,7 +57,7 @@ from optgym.policies.trained import latest_snapshot
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.decider import DecisionPoint
 from optgym.toolchain.language import is_cxx
-from optgym.train.es import allowance_start, policy_template, problem_context
+from optgym.train.es import policy_template, problem_context
 from optgym.train.evaluation import more_than_1pct_worse
 from optgym.train.run import (
     ProgressCSV,
@@ -72,6 +72,7 @@ from optgym.train.run import (
     write_config,
     write_snapshot,
 )
+from optgym.train.warmstart import allowance_start
 
 SAMPLE_STREAM = 11  # the random stream of the sample's draw, apart from the coordinate order's
 GRID = 2.0**-12  # a warm start's weights are snapped to this grid: with power-of-two steps, float32 still holds them

@@ -77,6 +77,7 @@ from optgym.train.run import (
     write_snapshot,
 )
 from optgym.train.validation import Validation, bytes_saved, record_line, to_tensorboard, write_selection
+from optgym.train.warmstart import allowance_start
 
 if TYPE_CHECKING:
     from optgym.env.compiler_env import CompilerEnv
@@ -299,8 +300,6 @@ def check_config(cfg: SB3Config) -> None:
     if cfg.allowance and not (cfg.vocab or cfg.warmstart):
         raise RunError("--allowance needs --vocab: the env normalizes the features the allowance reads at weight 0")
     if cfg.allowance and cfg.warmstart:  # the start must be an allowance with the first of these gates
-        from optgym.train.es import allowance_start
-
         allowance_start(cfg.warmstart, cfg.problem, cfg.allowance)
     if cfg.temperature != 1.0 and not (cfg.warmstart or cfg.allowance):
         raise RunError("--temperature softens a warm start's logits: give --warmstart")
@@ -488,7 +487,6 @@ def train_sb3(cfg: SB3Config, *, resume: bool = False, say=print) -> dict[str, A
 
     from optgym.policies.allowance import allowance_policy, is_allowance
     from optgym.policies.torch_mlp import to_numpy_policy
-    from optgym.train.es import allowance_start
 
     check_config(cfg)
     run = Path(cfg.output)
