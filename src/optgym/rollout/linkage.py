@@ -25,6 +25,7 @@ import subprocess
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +57,17 @@ class CalleeLinkage:
     names: tuple[str, ...]
     status: str = "ok"  # why the table is empty, where it is: the first compile failed, or its record did not align
 
+    @cached_property
+    def _columns(self) -> list[int]:
+        return key_columns(self.names)
+
     def survives(self, view: FeatureView, obs: Observation) -> bool:
-        """Whether this decision's call site was seen, in the first compile, only with callees that stay."""
+        """Whether this decision's call site was seen, in the first compile, only with callees that stay. ``view``
+        reads the features the table was made over (the same problem's)."""
         if not self.keys:
             return False
         vector = view.vector(obs)
-        return tuple(int(vector[i]) for i in key_columns(view.names)) in self.keys
+        return tuple(int(vector[i]) for i in self._columns) in self.keys
 
     @classmethod
     def empty(cls, names: Sequence[str], status: str) -> CalleeLinkage:
