@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 
 def feature_order(env: gym.Env) -> list[str]:
     """The problem's visible features in its own order (a ``Dict`` space sorts its keys)."""
-    problem = env.unwrapped.problem  # type: ignore[attr-defined]
-    return [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
+    return env.unwrapped.problem.visible_features()  # type: ignore[attr-defined]
 
 
 class NormalizeFeatures(gym.ObservationWrapper):

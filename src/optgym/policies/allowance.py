@@ -85,7 +85,7 @@ def allowance_policy(
     if not heuristic_weight > 0:
         raise AllowanceError(f"the weight on clang's answer must be positive, not {heuristic_weight}")
     decided = get_problem(problem)
-    features = [s.name for s in decided.expected_features() if s.name not in decided.hidden_features]
+    features = decided.visible_features()
     for name in ("threshold", "cost_estimate"):
         if name not in features:
             raise AllowanceError(f"an allowance needs clang's {name!r} feature, which {problem} does not send")

@@ -206,6 +206,11 @@ class Problem(ABC):
 
     hidden_features: ClassVar[tuple[str, ...]] = ()  # read by the problem, never shown to a policy
 
+    def visible_features(self) -> list[str]:
+        """The features a policy sees, in the problem's order: a :class:`FeatureView`'s ``names``, the columns of
+        every trace, vocab and policy."""
+        return [s.name for s in self.expected_features() if s.name not in self.hidden_features]
+
     #: A simple policy (``optgym.rollout.simple``) every evaluation also compiles, for reference: never-inline
     #: for inlining; ``None`` where no simple policy means anything (an eviction index is per decision).
     reference_policy: ClassVar[str | None] = None

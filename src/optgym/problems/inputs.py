@@ -117,6 +117,8 @@ class PolicyInputs:
         self.extras = list(extras)
         self.parsed = parse_extras(self.extras, self.normalizer.names)
         self.width = self.normalizer.width + len(self.extras)
+        #: Whether ``callee_survives`` is read: asked at every decision a policy makes, so computed once here.
+        self.needs_linkage = any(kind == SURVIVES_INPUT for kind, _, _ in self.parsed)
 
     @property
     def needs_heuristic(self) -> bool:
@@ -125,10 +127,6 @@ class PolicyInputs:
     @property
     def needs_language(self) -> bool:
         return any(kind == CXX_INPUT for kind, _, _ in self.parsed)
-
-    @property
-    def needs_linkage(self) -> bool:
-        return any(kind == SURVIVES_INPUT for kind, _, _ in self.parsed)
 
     def __call__(
         self,

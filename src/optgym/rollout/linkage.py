@@ -109,7 +109,7 @@ def learn_linkage(
     """The callee linkage a first compile shows: ``compile_`` (not started; one channel, ``problem``'s, writing
     optimization record ``record`` and object ``obj``) answered with clang's own decisions. A compile that fails, or
     whose record does not name one callee per decision, gives an empty table, its ``status`` saying why."""
-    names = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
+    names = problem.visible_features()
     features: list[np.ndarray] = []
     with compile_:
         if compile_.start() is not None:

@@ -608,7 +608,7 @@ class Server:
         smaller (``None`` when it is not there to keep). A compile that cannot write a second object (not one
         source to one object) gets an empty table: the policy decides as for callees that can go."""
         reader = next(s for s in served if s.linkage_reader)
-        names = [s.name for s in reader.problem.expected_features() if s.name not in reader.problem.hidden_features]
+        names = reader.problem.visible_features()
         if "-c" not in argv or (why := unguardable(argv[1:])) is not None:
             return CalleeLinkage.empty(names, why or "not a -c compile"), None
         output = output_path(argv[1:], cwd)

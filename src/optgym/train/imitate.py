@@ -88,8 +88,7 @@ class ImitateConfig:
 
 def feature_names(problem: str) -> list[str]:
     """The visible features in the problem's order: the columns of every trace and policy."""
-    p = get_problem(problem)
-    return [s.name for s in p.expected_features() if s.name not in p.hidden_features]
+    return get_problem(problem).visible_features()
 
 
 def demonstrations(directory: Path | str, *, examined_only: bool, skipped: bool = False) -> list[ModuleTrace]:

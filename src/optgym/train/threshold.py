@@ -238,7 +238,7 @@ def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) 
     cfg.up = [_label(shift) for shift in shifts]
     write_config(run, "threshold", {**asdict(cfg), "split": cfg.split or "all"})
     problem = get_problem(cfg.problem)
-    features = [s.name for s in problem.expected_features() if s.name not in problem.hidden_features]
+    features = problem.visible_features()
     if "threshold" not in features or "cost_estimate" not in features:
         raise RunError(f"{cfg.problem} has no threshold and cost_estimate features to move")
     corpus = Corpus(cfg.corpus, split=cfg.split)

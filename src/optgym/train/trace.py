@@ -331,8 +331,7 @@ def trace(
 
 def _problem_feature_order(problem: str) -> list[str]:
     """The visible features in the problem's own order (what ``DecisionPoint.vector()`` gives)."""
-    p = get_problem(problem)
-    return [s.name for s in p.expected_features() if s.name not in p.hidden_features]
+    return get_problem(problem).visible_features()
 
 
 # -- reading ---------------------------------------------------------------------------------------
