@@ -20,10 +20,11 @@ oracle on the same modules.
 
 from __future__ import annotations
 
-import subprocess
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,12 +34,10 @@ from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
+from optgym.rollout.linkage import MODULE_WIDE, defined_symbols
 from optgym.toolchain import find_toolchain
 from optgym.train.search import Compiler
 from research.linkage_oracle import DELETABLE, clang_bytes, draw, linkages, report, sample_parser
-
-#: Features every inline moves, module-wide: left out of the key that finds a decision again.
-MODULE_WIDE = ("node_count", "edge_count")
 
 
 def key_of(features: dict[str, np.ndarray]) -> tuple[int, ...]:
@@ -46,33 +45,33 @@ def key_of(features: dict[str, np.ndarray]) -> tuple[int, ...]:
 
 
 class LinkageGate:
-    """The rule, with its extra inlines of callees step 1 saw as non-deletable withdrawn."""
+    """The rule, with its extra inlines (rule yes, clang no) withdrawn wherever ``survives(point)`` says the callee
+    stays: here a key step 1 saw only with non-deletable callees; in ``research/rule_with_linkage.py`` the product's
+    ``callee_survives``."""
 
-    def __init__(self, rule, non_deletable: set[tuple[int, ...]]) -> None:
-        self.rule, self.non_deletable, self.withdrawn = rule, non_deletable, 0
+    def __init__(self, rule: Any, survives: Callable[[DecisionPoint], bool], reads_callee_linkage: bool = False):
+        self.rule, self.survives, self.withdrawn = rule, survives, 0
+        self.reads_callee_linkage = reads_callee_linkage  # the loop then learns the module's table
 
     def __call__(self, point: DecisionPoint) -> int:
         answer = self.rule(point)  # an MLP policy answers (action, log-probability)
         action = int(answer[0] if isinstance(answer, tuple) else answer)
-        if action == 1 and point.heuristic == 0 and key_of(point.features()) in self.non_deletable:
+        if action == 1 and point.heuristic == 0 and self.survives(point):
             self.withdrawn += 1
             return 0
         return action
 
 
+#: ``llvm-nm`` kinds as linkage: weak ones (``W``: ``linkonce_odr``, and the rare ``weak_odr`` with them) and local
+#: ones (``t``) count as deletable.
+_KINDS = {"T": "external", "W": "linkonce_odr", "V": "linkonce_odr", "t": "internal"}
+
+
 def object_linkages(obj: Path, llvm_nm: str) -> dict[str, str]:
     """Linkage as the first compile's object shows it, for a served compile that has source, not bitcode: a
-    global text symbol (``T``) is external; weak ones (``W``: ``linkonce_odr``, and the rare ``weak_odr`` with
-    them) and local ones (``t``) count as deletable. A function absent from the object was deleted, or never had
-    a body here."""
-    out = subprocess.run([llvm_nm, "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
-    kinds = {"T": "external", "W": "linkonce_odr", "V": "linkonce_odr", "t": "internal"}
-    found = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in kinds:
-            found[parts[2]] = kinds[parts[1]]
-    return found
+    global text symbol (``T``) is external, the others as ``_KINDS`` says. A function absent from the object was
+    deleted, or never had a body here."""
+    return {name: _KINDS[kind] for name, kind in defined_symbols(obj, llvm_nm).items() if kind in _KINDS}
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def two_compiles(task: Task) -> dict:
         rule_bytes = first.text_bytes
         if task.first_policy is not None:  # the rule's own object is a compile of its own
             rule_bytes = int(rollout(problem, task.module, toolchain, rule).result.metrics["text_bytes"])
-        gate = LinkageGate(rule, non_deletable)
+        gate = LinkageGate(rule, lambda point: key_of(point.features()) in non_deletable)
         second = rollout(problem, task.module, toolchain, gate).result
         if not second.ok:
             return {"module": task.module.name, "status": second.status}

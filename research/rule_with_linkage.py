@@ -18,33 +18,16 @@ import argparse
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from optgym.corpus import Corpus, Module
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import rollout
-from optgym.rollout.decider import DecisionPoint
 from optgym.toolchain import find_toolchain
 from optgym.train.run import every_kth, of_language
+from research.linkage_lookup import LinkageGate
 from research.linkage_oracle import clang_bytes, report
-
-
-class WithdrawSurvivors:
-    """``rule``, doing what clang does at call sites whose callee survives where the rule would inline beyond it."""
-
-    reads_callee_linkage = True
-
-    def __init__(self, rule: Any) -> None:
-        self.rule = rule
-
-    def __call__(self, point: DecisionPoint) -> int:
-        answer = self.rule(point)
-        action = int(answer[0] if isinstance(answer, tuple) else answer)
-        if action == 1 and point.heuristic == 0 and point.callee_survives:
-            return 0
-        return action
 
 
 @dataclass(frozen=True)
@@ -57,7 +40,8 @@ def compile_both(task: Task) -> dict:
     problem, toolchain = get_problem("inline-size"), find_toolchain()
     rule = resolve_policy(task.policy, problem.name).build()
     plain = rollout(problem, task.module, toolchain, rule).result
-    gated = rollout(problem, task.module, toolchain, WithdrawSurvivors(rule)).result
+    withdrawing = LinkageGate(rule, lambda point: bool(point.callee_survives), reads_callee_linkage=True)
+    gated = rollout(problem, task.module, toolchain, withdrawing).result
     if not (plain.ok and gated.ok):
         return {"module": task.module.name, "status": plain.status if not plain.ok else gated.status}
     return {"module": task.module.name, "status": "ok", "clang": clang_bytes(task.module),

@@ -96,11 +96,16 @@ class CalleeLinkage:
         return cls(frozenset(tuple(k) for k in value["keys"]), tuple(value["names"]), value.get("status", "ok"))
 
 
+def defined_symbols(obj: Path, llvm_nm: str) -> dict[str, str]:
+    """Each symbol defined in object ``obj`` and its ``llvm-nm`` kind (``T`` global text, ``W`` weak, ``t`` local …)."""
+    out = subprocess.run([llvm_nm, "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
+    return {parts[2]: parts[1] for parts in map(str.split, out.splitlines()) if len(parts) == 3}
+
+
 def surviving_functions(obj: Path, llvm_nm: str) -> set[str]:
     """The functions defined in object ``obj`` whose bodies stay whatever a compile inlines: global text
     symbols. Weak (``linkonce_odr``), local and absent ones (deleted, or never defined here) could go."""
-    out = subprocess.run([llvm_nm, "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
-    return {parts[2] for parts in map(str.split, out.splitlines()) if len(parts) == 3 and parts[1] in SURVIVING_SYMBOLS}
+    return {name for name, kind in defined_symbols(obj, llvm_nm).items() if kind in SURVIVING_SYMBOLS}
 
 
 def learn_linkage(
@@ -130,4 +135,12 @@ def learn_linkage(
     return CalleeLinkage.from_decisions(names, matrix, callees, surviving_functions(obj, llvm_nm))
 
 
-__all__ = ["DECISION_REMARKS", "MODULE_WIDE", "CalleeLinkage", "key_columns", "learn_linkage", "surviving_functions"]
+__all__ = [
+    "DECISION_REMARKS",
+    "MODULE_WIDE",
+    "CalleeLinkage",
+    "defined_symbols",
+    "key_columns",
+    "learn_linkage",
+    "surviving_functions",
+]
