@@ -62,6 +62,7 @@ from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, pr
 from optgym.protocol import Header
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
 from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, learn_linkage
+from optgym.serve.front_end import from_bitcode_args, front_end_args, unsplittable
 from optgym.serve.guard import (
     Guard,
     guard_below,
@@ -78,7 +79,6 @@ from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, parse_version
 from optgym.toolchain.process import kill_group, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
-from optgym.toolchain.sizes import ElfError
 
 MAX_REQUEST = 1 << 20
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
@@ -184,14 +184,9 @@ class _Running:
                 os.killpg(current.pid, signal.SIGKILL)
 
 
-def _keep_clangs_if_smaller(output: str, clangs_object: str) -> dict[str, Any]:
-    """The build's object or clang's own from the linkage's first compile, whichever is smaller (a tie keeps the
-    policy's), as the guard reports it; a first compile that wrote nothing readable keeps the policy's."""
-    try:
-        policy, clang = keep_smaller(output, clangs_object)
-    except (OSError, ElfError) as e:
-        return {"guard": "policy", "guard_detail": f"clang's object from the first compile is unreadable: {e}"}
-    return {"guard": "clang" if clang < policy else "policy", "policy_text": policy, "clang_text": clang}
+def bitcode_in(work: tempfile.TemporaryDirectory | None) -> str:
+    """Where the front end's bitcode goes in a linkage compile's working directory."""
+    return os.path.join(work.name if work is not None else "", "front-end.bc")
 
 
 def candidate_count(env: dict[str, str]) -> int | None:
@@ -343,7 +338,12 @@ class Server:
         # are not the build's (the plain compile prints its own), so a fallback is one warning line
         diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
         colour = ["-fcolor-diagnostics"] if os.isatty(stderr_fd) else []  # the build's terminal, not the file's
-        command = [argv[0], *colour, *argv[1:], NO_CRASH_FILES, *flags]
+        # a policy reading the callee's linkage: the front end runs once, and this compile reads its bitcode
+        reads_linkage = not backend and any(s.linkage_reader for s in served)
+        work = tempfile.TemporaryDirectory(prefix="optgym-linkage-") if reads_linkage else None
+        split = reads_linkage and unsplittable(argv[1:]) is None
+        args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if split else argv[1:]
+        command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
         compile_ = InteractiveCompile(
             lambda *bases: [*command, *problem_flags([s.problem for s in served], bases)],
             channels=len(served),
@@ -353,30 +353,24 @@ class Server:
             cwd=cwd,
             env=env,
         )
-        # clang's own compile among the candidates is the guard already, and so is the first compile that learns the
-        # callee linkage for a policy reading it: its object is clang's own, kept when smaller
-        reads_linkage = not backend and any(s.linkage_reader for s in served)
+        # clang's own compile among the candidates is the guard already
         guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
-        # its object costs nothing more, so it guards every object unless the build turned guards off
-        keep_first = reads_linkage and env.get("OPTGYM_GUARD_BELOW", "").strip() != "0"
-        guarded = guarded and not reads_linkage
         guard = Guard(argv, cwd, env, below) if guarded else None
         if guard is not None and flags:  # pass options depart from clang's compile before any decision does
             guard.start()
         running = _Running(compile_)
         started = time.time()
-        clangs_object: str | None = None  # the linkage's first compile's object, beside the output
         try:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
             linkage = None
             if reads_linkage:
-                linkage, clangs_object = self._linkage(argv, cwd, env, served, timeout, running)
+                linkage = self._linkage(argv, cwd, env, served, timeout, running, diagnostics, work if split else None)
                 if running.gone:
                     return {"fallback": True, "warning": "the launcher went away"}
+                if linkage is None:  # the front end failed on the source: clang's own compile says why, once
+                    return {"fallback": True}
                 running.compile = compile_
             reply = self._drive(compile_, language, guard, served, linkage)
-            if keep_first and clangs_object is not None and not reply.get("fallback") and reply["returncode"] == 0:
-                reply |= _keep_clangs_if_smaller(output_path(argv[1:], cwd), clangs_object)
             if not reply.get("fallback"):
                 _copy(diagnostics, stderr_fd)
             elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
@@ -393,9 +387,8 @@ class Server:
             diagnostics.close()
             if guard is not None:
                 guard.close()
-            if clangs_object is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(clangs_object)
+            if work is not None:
+                work.cleanup()
             os.close(stdout_fd)
             os.close(stderr_fd)
 
@@ -601,36 +594,37 @@ class Server:
         served: Sequence[Served],
         timeout: float,
         running: _Running,
-    ) -> tuple[CalleeLinkage, str | None]:
-        """The callee linkage of this compile, for the served policy that reads it: a first compile of the same
-        command with clang's own inlining and its optimization record (:mod:`optgym.rollout.linkage`); and that
-        compile's object, clang's own, in a hidden file beside the output for the caller to keep when it is the
-        smaller (``None`` when it is not there to keep). A compile that cannot write a second object (not one
-        source to one object) gets an empty table: the policy decides as for callees that can go."""
+        diagnostics: IO[bytes],
+        work: tempfile.TemporaryDirectory | None,
+    ) -> CalleeLinkage | None:
+        """The callee linkage of this compile, for the served policy that reads it (:mod:`optgym.rollout.linkage`),
+        with the front end run once into ``work`` (:mod:`optgym.serve.front_end`): that run writes the build's
+        diagnostics and dependency file, and a first compile of its bitcode with clang's own inlining stops after
+        LLVM's passes, leaving its optimization record and its optimized bitcode's symbols. ``None`` when the front
+        end fails: the source has an error, which clang's own compile reports. A command that cannot be split
+        (``work`` is ``None``) gets an empty table: the policy decides as for callees that can go."""
         reader = next(s for s in served if s.linkage_reader)
         names = reader.problem.visible_features()
-        if "-c" not in argv or (why := unguardable(argv[1:])) is not None:
-            return CalleeLinkage.empty(names, why or "not a -c compile"), None
-        output = output_path(argv[1:], cwd)
-        remove_orphans(*os.path.split(output))
-        obj = sibling(output)  # OSError (no file beside the output): the compile falls back, with its reason
-        try:
-            with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
-                record = os.path.join(tmp, "record.yaml")
-                args = [argv[0], *reference_args(argv[1:], obj), *driver_record_flags(record, DECISION_REMARKS[0])]
-                first = running.compile = InteractiveCompile(
-                    lambda *bases: [*args, NO_CRASH_FILES, *problem_flags([reader.problem], bases)],
-                    timeout=timeout,
-                    stderr=subprocess.DEVNULL,
-                    cwd=cwd,
-                    env=env,
-                )
-                nm = str(self.toolchain.tool("llvm-nm"))
-                return learn_linkage(first, reader.problem, Path(record), Path(obj), nm), obj
-        except BaseException:  # the caller never learns the file's name: it goes here
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(obj)
-            raise
+        if work is None:
+            return CalleeLinkage.empty(names, unsplittable(argv[1:]) or "not split")
+        bitcode, optimized = bitcode_in(work), os.path.join(work.name, "optimized.bc")
+        front = running.compile = spawn([argv[0], *front_end_args(argv[1:], bitcode)],
+                                        stderr=diagnostics.fileno(), cwd=cwd, env=env)  # fmt: skip
+        if wait_exit(front, timeout) != 0:
+            kill_group(front)
+            return None
+        record = os.path.join(work.name, "record.yaml")
+        args = [argv[0], *from_bitcode_args(argv[1:], bitcode, optimized), "-emit-llvm",
+                *driver_record_flags(record, DECISION_REMARKS[0])]  # fmt: skip
+        first = running.compile = InteractiveCompile(
+            lambda *bases: [*args, NO_CRASH_FILES, *problem_flags([reader.problem], bases)],
+            timeout=timeout,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+        )
+        nm = str(self.toolchain.tool("llvm-nm"))
+        return learn_linkage(first, reader.problem, Path(record), Path(optimized), nm)
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:
