@@ -184,9 +184,9 @@ class _Running:
                 os.killpg(current.pid, signal.SIGKILL)
 
 
-def bitcode_in(work: tempfile.TemporaryDirectory | None) -> str:
+def bitcode_in(work: tempfile.TemporaryDirectory) -> str:
     """Where the front end's bitcode goes in a linkage compile's working directory."""
-    return os.path.join(work.name if work is not None else "", "front-end.bc")
+    return os.path.join(work.name, "front-end.bc")
 
 
 def candidate_count(env: dict[str, str]) -> int | None:
@@ -340,9 +340,9 @@ class Server:
         colour = ["-fcolor-diagnostics"] if os.isatty(stderr_fd) else []  # the build's terminal, not the file's
         # a policy reading the callee's linkage: the front end runs once, and this compile reads its bitcode
         reads_linkage = not backend and any(s.linkage_reader for s in served)
-        work = tempfile.TemporaryDirectory(prefix="optgym-linkage-") if reads_linkage else None
         split = reads_linkage and unsplittable(argv[1:]) is None
-        args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if split else argv[1:]
+        work = tempfile.TemporaryDirectory(prefix="optgym-linkage-") if split else None
+        args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
         command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
         compile_ = InteractiveCompile(
             lambda *bases: [*command, *problem_flags([s.problem for s in served], bases)],
@@ -364,7 +364,7 @@ class Server:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
             linkage = None
             if reads_linkage:
-                linkage = self._linkage(argv, cwd, env, served, timeout, running, diagnostics, work if split else None)
+                linkage = self._linkage(argv, cwd, env, served, timeout, running, diagnostics, work)
                 if running.gone:
                     return {"fallback": True, "warning": "the launcher went away"}
                 if linkage is None:  # the front end failed on the source: clang's own compile says why, once
@@ -610,8 +610,11 @@ class Server:
         bitcode, optimized = bitcode_in(work), os.path.join(work.name, "optimized.bc")
         front = running.compile = spawn([argv[0], *front_end_args(argv[1:], bitcode)],
                                         stderr=diagnostics.fileno(), cwd=cwd, env=env)  # fmt: skip
-        if wait_exit(front, timeout) != 0:
+        status = wait_exit(front, timeout)
+        if status is None:  # the build hears of it: one warning line, then clang's own compile
             kill_group(front)
+            raise TimeoutError(f"the front end ran past {timeout:.0f} s")
+        if status != 0:
             return None
         record = os.path.join(work.name, "record.yaml")
         args = [argv[0], *from_bitcode_args(argv[1:], bitcode, optimized), "-emit-llvm",
