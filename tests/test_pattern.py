@@ -25,6 +25,7 @@ from optgym.train.pattern import (
     improves,
     inline_logit,
     replays,
+    sweep_order,
     train_pattern,
     training_sample,
 )
@@ -143,6 +144,14 @@ def test_a_start_past_the_cap_keeps_its_own_count_as_the_cap():
     assert improves(Measured(1000, 1100, 4, 0, 0), past, cap=2), "at equal bytes, fewer regressions is progress"
     assert not improves(Measured(1050, 1100, 4, 0, 0), past, cap=2), "fewer regressions must not cost bytes"
     assert not improves(Measured(500, 1100, 6, 0, 0), past, cap=2)
+
+
+def test_a_warm_starts_untried_coordinates_come_first_in_its_first_sweep():
+    plain = sweep_order(seed=3, sweep=1, count=6)
+    assert sorted(plain) == list(range(6)) and plain == sweep_order(seed=3, sweep=1, count=6)
+    ordered = sweep_order(seed=3, sweep=1, count=6, first=[4, 1])
+    assert set(ordered[:2]) == {4, 1} and ordered[2:] == [k for k in plain if k not in (1, 4)]
+    assert ordered[:2] == [k for k in plain if k in (1, 4)]
 
 
 def test_a_warm_start_is_where_the_search_begins_and_another_layout_is_refused(corpus_dir, tmp_path):

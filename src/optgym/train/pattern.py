@@ -12,7 +12,8 @@ stops at a point that no single coordinate step improves.
 1. start at clang's decisions (every weight 0), or at ``warmstart``, an allowance learned another way (the
    imitated fit of a search: ``optgym train imitate --allowance``), with a step of ``step`` on every coordinate
    (the bias and each gate's weight);
-2. per sweep, in a seeded order, move each coordinate one step, first in the direction its last kept move took
+2. per sweep, in a seeded order (in sweep 1 a warm start's coordinates at 0 first: :func:`sweep_order`), move
+   each coordinate one step, first in the direction its last kept move took
    (up at first), then the other way; the first move that lowers the sample's total and keeps the regressions
    under the cap is kept, and that coordinate's step doubles (a start past the cap keeps its own count as the
    cap, lowered as moves cut it: :func:`improves`); when neither is kept, the step halves. (The first
@@ -40,7 +41,7 @@ the search state) and ``final/policy``; ``--resume RUN`` continues from the late
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,17 @@ def improves(candidate: Measured, current: Measured, cap: int) -> bool:
     return fewer_bytes or (candidate.text_bytes == current.text_bytes and candidate.worse < current.worse)
 
 
+def sweep_order(seed: int, sweep: int, count: int, first: Sequence[int] | np.ndarray = ()) -> list[int]:
+    """The order a sweep moves the coordinates in: seeded per sweep, with ``first`` ahead of the rest (each part in
+    the seeded order). Sweep 1 of a warm start puts its coordinates at 0 first: the gates a start was grown with,
+    or ones its trainer never moved. Its other weights sit where their own trainer left them, at a local optimum of
+    its objective, so a first step on them seldom pays; and a budget that ends mid-sweep (3 000 compiles run out
+    after about 10 of a 22-move sweep) would otherwise try the new inputs only by chance."""
+    order = np.random.default_rng([seed, sweep]).permutation(count).tolist()
+    ahead = set(int(k) for k in first)
+    return [k for k in order if k in ahead] + [k for k in order if k not in ahead]
+
+
 def training_sample(cfg: PatternConfig) -> list[Module]:
     """The modules searched: the training side's (of ``language``), without every ``hold_out_every``-th by name,
     then a seeded draw of ``sample`` of them, even over four strata of size. Refused before the run directory
@@ -295,9 +307,12 @@ def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[st
     policy = allowance_policy(cfg.gates, cfg.problem)
     theta = policy.parameters()
     coordinates = np.flatnonzero(trainable(policy))  # the gates' weights, then the bias
-    if cfg.warmstart and not resume:  # refused, before the run directory exists, unless it has these gates
-        warm = allowance_start(cfg.warmstart, cfg.problem, cfg.gates)
-        theta[coordinates] = np.round(warm.parameters()[coordinates] / GRID) * GRID
+    untried: np.ndarray = np.zeros(0, dtype=int)  # a warm start's coordinates at 0: sweep 1 tries them first
+    if cfg.warmstart:  # refused, before the run directory exists, unless it has these gates
+        warm = np.round(allowance_start(cfg.warmstart, cfg.problem, cfg.gates).parameters()[coordinates] / GRID) * GRID
+        untried = np.flatnonzero(warm == 0)
+        if not resume:
+            theta[coordinates] = warm
     run = prepare_run_dir(Path(cfg.output), resume=resume)
     write_config(run, "pattern", asdict(cfg))
     policy.languages = [cfg.language] if cfg.language else None
@@ -341,7 +356,7 @@ def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[st
     evaluation = 0
     while sweep < cfg.sweeps and steps.max() >= cfg.min_step and spent() < cfg.max_compiles:
         sweep += 1
-        for k in np.random.default_rng([cfg.seed, sweep]).permutation(len(coordinates)):
+        for k in sweep_order(cfg.seed, sweep, len(coordinates), untried if sweep == 1 else ()):
             if steps[k] < cfg.min_step or spent() >= cfg.max_compiles:
                 continue
             for sign in (signs[k], -signs[k]):  # the direction that paid last on this coordinate first
