@@ -108,3 +108,24 @@ def test_a_linkage_policy_served_writes_clangs_dependency_file_and_the_guard_sti
     assert sizes["guarded"] == plain
     assert set(Path(tempfile.gettempdir()).glob("optgym-linkage-*")) == before
     assert sorted(p.name for p in (project / "out").iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_front_end_past_optgym_timeout_falls_back_with_one_warning(tmp_path):
+    """The front end counts against ``OPTGYM_TIMEOUT`` like any compile the server runs: past it, it is killed,
+    the build is told once and compiles plainly, and no bitcode or object is left."""
+    from test_serve_fallback import _env, _serve_one
+
+    from optgym.serve.server import Server
+
+    source = tmp_path / "many.cpp"  # seconds of front end at -Oz, well past the bound below
+    source.write_text("".join(f"template <int N> int f{i}(int x) {{ return x * N + {i}; }}\n"
+                              f"int g{i}(int x) {{ return f{i}<{i}>(x); }}\n" for i in range(6000)))  # fmt: skip
+    with_gates(allowance_policy(), [*DEFAULT_GATES, "callee_survives"]).save(tmp_path / "policy")
+    server = Server(str(tmp_path / "policy"), "inline-size")
+    before = set(Path(tempfile.gettempdir()).glob("optgym-linkage-*"))
+    with open(tmp_path / "stderr", "wb") as build_stderr:
+        argv = [CLANG, "-Oz", "-c", str(source), "-o", str(tmp_path / "x.o")]
+        reply = _serve_one(server, argv, tmp_path, _env(tmp_path, OPTGYM_TIMEOUT="0.2"), build_stderr.fileno())
+    assert reply["fallback"] is True and "front end ran past" in reply["warning"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.cpp", "policy", "stderr"]
+    assert set(Path(tempfile.gettempdir()).glob("optgym-linkage-*")) == before
