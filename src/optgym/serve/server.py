@@ -364,7 +364,8 @@ class Server:
             threading.Thread(target=self._watch, args=(conn, running), daemon=True).start()
             linkage = None
             if reads_linkage:
-                linkage = self._linkage(argv, cwd, env, served, timeout, running, diagnostics, work)
+                coloured = [argv[0], *colour, *argv[1:]]  # the front end writes the build's diagnostics
+                linkage = self._linkage(coloured, cwd, env, served, timeout, running, diagnostics, work)
                 if running.gone:
                     return {"fallback": True, "warning": "the launcher went away"}
                 if linkage is None:  # the front end failed on the source: clang's own compile says why, once
