@@ -93,11 +93,12 @@ def test_a_linkage_policy_served_writes_clangs_dependency_file_and_the_guard_sti
     with_gates(everything, [*DEFAULT_GATES, "callee_survives"]).save(project / "policy")
     build = ["-Oz", "-Iinc", "-MD", "-c", "zoo.cpp", "-o"]
     _run([CLANG, *build, "out/plain.o"], project)
-    before = set(Path(tempfile.gettempdir()).glob("optgym-linkage-*"))
+    scratch = project / "tmp"  # the server's TMPDIR: the launcher that starts it hands it the build's environment
+    scratch.mkdir()
     sizes = {}
     for name, guard in (("served", ""), ("guarded", "1")):
         env = {**os.environ, "OPTGYM_POLICY": str(project / "policy"), "OPTGYM_STRICT": "1", "OPTGYM_SERVER_IDLE": "5",
-               "OPTGYM_GUARD": guard}  # fmt: skip
+               "OPTGYM_GUARD": guard, "TMPDIR": str(scratch)}  # fmt: skip
         done = subprocess.run([CXX, *build, f"out/{name}.o"], cwd=project, env=env, capture_output=True, text=True,
                               timeout=300)  # fmt: skip
         assert done.returncode == 0 and not done.stderr, done.stderr
@@ -106,11 +107,11 @@ def test_a_linkage_policy_served_writes_clangs_dependency_file_and_the_guard_sti
     plain = object_sizes(project / "out/plain.o").text_bytes
     assert sizes["served"] > plain, "the test needs a policy that makes the object larger"
     assert sizes["guarded"] == plain
-    assert set(Path(tempfile.gettempdir()).glob("optgym-linkage-*")) == before
+    assert list(scratch.iterdir()) == []
     assert sorted(p.name for p in (project / "out").iterdir() if p.name.startswith(".")) == []
 
 
-def test_a_front_end_past_optgym_timeout_falls_back_with_one_warning(tmp_path):
+def test_a_front_end_past_optgym_timeout_falls_back_with_one_warning(tmp_path, monkeypatch):
     """The front end counts against ``OPTGYM_TIMEOUT`` like any compile the server runs: past it, it is killed,
     the build is told once and compiles plainly, and no bitcode or object is left."""
     from test_serve_fallback import _env, _serve_one
@@ -122,10 +123,12 @@ def test_a_front_end_past_optgym_timeout_falls_back_with_one_warning(tmp_path):
                               f"int g{i}(int x) {{ return f{i}<{i}>(x); }}\n" for i in range(6000)))  # fmt: skip
     with_gates(allowance_policy(), [*DEFAULT_GATES, "callee_survives"]).save(tmp_path / "policy")
     server = Server(str(tmp_path / "policy"), "inline-size")
-    before = set(Path(tempfile.gettempdir()).glob("optgym-linkage-*"))
+    scratch = tmp_path / "tmp"  # this process's temporary directory: the server runs in it here
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     with open(tmp_path / "stderr", "wb") as build_stderr:
         argv = [CLANG, "-Oz", "-c", str(source), "-o", str(tmp_path / "x.o")]
         reply = _serve_one(server, argv, tmp_path, _env(tmp_path, OPTGYM_TIMEOUT="0.2"), build_stderr.fileno())
     assert reply["fallback"] is True and "front end ran past" in reply["warning"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.cpp", "policy", "stderr"]
-    assert set(Path(tempfile.gettempdir()).glob("optgym-linkage-*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.cpp", "policy", "stderr", "tmp"]
+    assert list(scratch.iterdir()) == []

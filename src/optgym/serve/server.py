@@ -341,7 +341,7 @@ class Server:
         # a policy reading the callee's linkage: the front end runs once, and this compile reads its bitcode
         reads_linkage = not backend and any(s.linkage_reader for s in served)
         split = reads_linkage and unsplittable(argv[1:]) is None
-        work = tempfile.TemporaryDirectory(prefix="optgym-linkage-") if split else None
+        work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
         command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
         compile_ = InteractiveCompile(
