@@ -77,7 +77,7 @@ def test_the_bitcode_compile_drops_the_source_language_and_dependency_options():
     ("args", "why"),
     [(["-S", "a.cc"], "not a -c"), (["-c", "a.cc", "b.cc"], "2 inputs"), (["-c", "-fsanitize=address", "a.cc"],
      "inside LLVM's passes"), (["-c", "-save-temps", "a.cc"], "ties another output"),
-     (["-c", "-flto=thin", "a.cc"], "bitcode")],
+     (["-c", "-flto=thin", "a.cc"], "bitcode"), (["-c", "a.cc", "--output=b.o"], "only -o")],
 )  # fmt: skip
 def test_commands_the_split_would_change_are_not_split(args, why):
     assert why in (unsplittable(args) or "")

@@ -55,6 +55,8 @@ def unsplittable(args: Sequence[str]) -> str | None:
     for arg in args:
         if arg.startswith(NOT_SPLIT):
             return f"{arg} acts inside LLVM's passes"
+        if arg.startswith("--output"):  # the object's name in a form the rewriting below does not read
+            return f"{arg}: only -o names the object of a split compile"
     return None
 
 
