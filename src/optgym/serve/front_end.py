@@ -31,7 +31,7 @@ import os
 from collections.abc import Sequence
 
 from optgym.serve.guard import reference_args, unguardable
-from optgym_cc import TAKES_VALUE, joined_output, operands
+from optgym_cc import TAKES_VALUE, operands
 
 #: The options that stop the front end before LLVM's passes and have it write bitcode.
 FRONT_END_ONLY = ("-emit-llvm", "-Xclang", "-disable-llvm-passes")
@@ -82,15 +82,6 @@ def _writes_dependencies(args: Sequence[str]) -> tuple[bool, bool, bool]:
 def front_end_args(args: Sequence[str], bitcode: str) -> list[str]:
     """The build's command (driver excluded) stopped after the front end, writing unoptimized ``bitcode``, with
     the dependency file and its target the build's own would have had."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:  # every -o goes: the bitcode's is the last word
-        if skip:
-            skip = False
-        elif arg == "-o":
-            skip = True
-        elif not joined_output(arg):
-            kept.append(arg)
     wants, named, targeted = _writes_dependencies(args)
     written = object_as_written(args)
     pinned: list[str] = []
@@ -98,7 +89,7 @@ def front_end_args(args: Sequence[str], bitcode: str) -> list[str]:
         pinned += ["-MF", os.path.splitext(written)[0] + ".d"]
     if wants and not targeted:
         pinned += ["-MQ", written]  # -MQ: quoted for make, as clang quotes its implicit target
-    return [*kept, *pinned, *FRONT_END_ONLY, "-o", bitcode]
+    return [*pinned, *FRONT_END_ONLY, *reference_args(args, bitcode, dependencies=True)]
 
 
 def from_bitcode_args(args: Sequence[str], bitcode: str, output: str) -> list[str]:

@@ -128,16 +128,19 @@ def unguardable(args: Sequence[str]) -> str | None:
     return None
 
 
-def reference_args(args: Sequence[str], output: str) -> list[str]:
-    """``args`` writing ``output`` instead, without dependency-file options (the policy's compile writes those)."""
+def reference_args(args: Sequence[str], output: str, dependencies: bool = False) -> list[str]:
+    """``args`` writing ``output`` instead, without dependency-file options (the policy's compile writes those)
+    unless ``dependencies`` keeps them."""
     kept: list[str] = []
     skip = False
     for arg in args:
         if skip:
             skip = False
-        elif arg == "-o" or arg in DEPENDENCY_WITH_VALUE:
+        elif arg == "-o" or (not dependencies and arg in DEPENDENCY_WITH_VALUE):
             skip = True
-        elif arg in DEPENDENCY_FLAGS or joined_output(arg) or arg.startswith(("-Wp,", *DEPENDENCY_WITH_VALUE)):
+        elif joined_output(arg) or (
+            not dependencies and (arg in DEPENDENCY_FLAGS or arg.startswith(("-Wp,", *DEPENDENCY_WITH_VALUE)))
+        ):
             continue
         else:
             kept.append(arg)
