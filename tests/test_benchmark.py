@@ -22,7 +22,7 @@ from optgym.cli import app
 from optgym.corpus import Corpus
 from optgym.corpus.corpus import DESCRIPTION
 from optgym.corpus.split import apply_split
-from optgym.evaluate.benchmark import load_spec, names_digest, spec_path
+from optgym.evaluate.benchmark import load_spec, names_digest, resume_args, spec_path
 from optgym.policies import PRETRAINED_PROVENANCE
 from optgym.policies.allowance import DEFAULT_GATES
 from optgym.train.es import ESConfig, train_es
@@ -136,8 +136,9 @@ def test_run_writes_the_leaderboard_and_a_rerun_reuses_it(bench_corpus, tiny_spe
     rule = _figures("pretrained", bench_corpus)
     (work / "provenance.json").write_text(json.dumps(_provenance(bench_corpus, rule)))
     out = work / "board"
+    # the two seeds of the trained entry side by side: each seed's figures are still its own (asserted below)
     first = _run("--corpus", str(bench_corpus), "--spec", str(tiny_spec), "-o", str(out), "-j", "1",
-                 "--entry", f"es={given}")  # fmt: skip
+                 "--entry", f"es={given}", "--seed-jobs", "2")  # fmt: skip
     assert first.exit_code == 0, first.output
     board = json.loads((out / "leaderboard.json").read_text())
     rows = {r["entry"]: r for r in board["rows"]}
@@ -212,3 +213,47 @@ def test_a_failing_step_is_a_failed_row_with_its_reason(bench_corpus, tiny_spec,
     rows = {r["entry"]: r for r in json.loads((work / "broken" / "leaderboard.json").read_text())["rows"]}
     assert rows["heuristic"]["status"] == "ok" and rows["broken"]["status"] == "failed"
     assert "--no-such-option" in rows["broken"]["reason"] and (work / "broken" / "logs" / "broken-s0-es.log").is_file()
+
+
+def test_an_interrupted_trainer_step_continues_from_its_latest_snapshot(bench_corpus, tiny_spec, work):
+    """A step cut short after a snapshot is continued with ``--resume``, not started over: the snapshot it had
+    is the one the rerun builds on, untouched, and the run still ends with its final policy."""
+    data = tomllib.loads(tiny_spec.read_text())
+    (entry,) = [e for e in data["entries"] if e["name"] == "es-allowance"]
+    two_iterations = [*TINY_ES[:TINY_ES.index("--iterations")], "--iterations", "2", "--snapshot-every", "1",
+                      *TINY_ES[TINY_ES.index("--iterations") + 2:]]  # fmt: skip
+    entry["steps"] = [{"name": "es", "output": "{run}", "command": two_iterations}]
+    data["entries"] = [entry]
+    spec = work / "resumable.toml"
+    spec.write_text(tomli_w.dumps(data))
+    out = work / "resumed"
+    args = ("--corpus", str(bench_corpus), "--spec", str(spec), "-o", str(out), "--seeds", "1", "-j", "1")
+    assert (first := _run(*args)).exit_code == 0, first.output
+    run = out / "runs" / "es-allowance-s0"
+    snapshots = sorted((run / "snapshots").iterdir())
+    assert len(snapshots) >= 2
+    # the interruption: no marker, no final policy, only the first snapshot left
+    (out / "done" / "es-allowance-s0-es.json").unlink()
+    shutil.rmtree(run / "final")
+    for later in snapshots[1:]:
+        shutil.rmtree(later)
+    kept = {p: p.stat().st_mtime_ns for p in snapshots[0].rglob("*")}
+    assert (second := _run(*args)).exit_code == 0, second.output
+    command = (out / "logs" / "es-allowance-s0-es.log").read_text().splitlines()[0]
+    assert f"--resume {run}" in command and "--corpus" not in command
+    assert {p: p.stat().st_mtime_ns for p in snapshots[0].rglob("*")} == kept
+    assert (run / "final" / "policy").is_dir() and (out / "done" / "es-allowance-s0-es.json").is_file()
+    rows = {r["entry"]: r for r in json.loads((out / "leaderboard.json").read_text())["rows"]}
+    assert rows["es-allowance"]["status"] == "ok", rows["es-allowance"]["reason"]
+
+
+def test_resume_args_only_continue_a_trainer_with_a_snapshot(tmp_path):
+    run = tmp_path / "run"
+    (run / "snapshots").mkdir(parents=True)
+    (run / "config.toml").write_text("")
+    ppo = ["train", "ppo", "--corpus", "C", "--iterations", "300", "--no-final-eval", "-o", str(run), "-j", "1"]
+    assert resume_args(ppo, run) is None  # nothing to continue from: start over
+    (run / "snapshots" / "00000020").mkdir()
+    assert resume_args(ppo, run) == ["train", "ppo", "--resume", str(run), "-j", "1", "--no-final-eval"]
+    assert resume_args(["search", "--corpus", "C", "-o", str(run)], run) is None  # a search resumes itself
+    assert resume_args(["train", "bc", "--trace", "T", "-o", str(run)], run) is None

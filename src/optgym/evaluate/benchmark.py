@@ -14,8 +14,11 @@ is ``inline-oz-v1``) pins all of it, so that
 
 Training runs as ``optgym`` subprocesses, one log each under ``OUT/logs``; a finished step leaves a
 marker under ``OUT/done`` and is never run again, so an interrupted run continues where it stopped and a
-rerun only re-reads. An entry trained with several seeds is reported as the mean and a 95 % Student-t
-interval over its seeds (:func:`optgym.evaluate.stats.mean_ci`): one seed cannot tell a trainer from its luck.
+rerun only re-reads. A trainer's step interrupted after its first snapshot continues from its latest one
+(``optgym train … --resume``): a recipe of several hours is only worth pinning if an interruption costs
+minutes. ``--seed-jobs N`` trains N seeds side by side, for recipes whose steps use one core each.
+An entry trained with several seeds is reported as the mean and a 95 % Student-t interval over its seeds
+(:func:`optgym.evaluate.stats.mean_ci`): one seed cannot tell a trainer from its luck.
 
 Two rows are not ordinary policies. The *search bound* is, per held-out module, the smallest object a
 search of that very module found — what no policy is asked to reach, so it is marked as a bound, and as its
@@ -37,9 +40,11 @@ import shutil
 import string
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -71,6 +76,8 @@ COMPARED = ("evaluated", "heuristic_text_bytes", "policy_text_bytes", "regressed
 #: A run may spend this much more than its entry's budget before its row says "over budget" (PPO's episodes
 #: end where a module ends, ES's batches are whole directions).
 BUDGET_SLACK = 1.10
+#: The trainers that continue a half run from its latest snapshot (``optgym train KIND --resume RUN``).
+RESUMABLE = ("ppo", "a2c", "es", "pattern", "imitate")
 
 console = Console(emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
@@ -305,6 +312,20 @@ def needed_entries(entry: Entry) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def resume_args(args: Sequence[str], output: Path) -> list[str] | None:
+    """The command that continues the half run in ``output`` from its latest snapshot (``train KIND --resume``,
+    with the step's ``-j`` and ``--no-final-eval``), or ``None`` when it must start over: not a resumable
+    trainer, or no snapshot yet."""
+    if len(args) < 2 or args[0] != "train" or args[1] not in RESUMABLE:
+        return None
+    snapshots = output / "snapshots"
+    if not (output / "config.toml").is_file() or not snapshots.is_dir() or not any(snapshots.iterdir()):
+        return None
+    kept = [*(["-j", args[args.index("-j") + 1]] if "-j" in args else []),
+            *(["--no-final-eval"] if "--no-final-eval" in args else [])]  # fmt: skip
+    return ["train", args[1], "--resume", str(output), *kept]
+
+
 def _reason(log: Path, code: int) -> str:
     """What a failed command said last: its ``error:`` line, or its final line of text (a traceback's exception,
     a usage error's message without the box rich draws around it)."""
@@ -370,7 +391,9 @@ class Benchmark:
     given: dict[str, list[str]] = field(default_factory=dict)  # --entry NAME=PATH, in seed order
     asked: tuple[str, ...] = ()  # --entries named explicitly (a manual entry runs only then)
     say: Callable[[str], Any] = print
+    seed_jobs: int = 1  # --seed-jobs: seeds of one entry trained side by side
     _shared_done: bool = False
+    _shared_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def seed_count(self, entry: Entry) -> int:
         if entry.name in self.given:
@@ -405,7 +428,10 @@ class Benchmark:
         if step.output is not None and (output := Path(render(step.output, values))).is_dir():
             if not output.resolve().is_relative_to(self.out.resolve()):
                 raise BenchmarkError(f"{label}: will not remove {output}, which is outside {self.out}")
-            shutil.rmtree(output)  # half a run from an interrupted start: trainers refuse to write over it
+            if (continued := resume_args(args, output)) is not None:
+                args = continued
+            else:
+                shutil.rmtree(output)  # half a run with no snapshot yet: trainers refuse to write over it
         log = self.out / "logs" / f"{label}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self.say(f"{label}: {_shell(args)}")
@@ -423,10 +449,19 @@ class Benchmark:
         return seconds, False
 
     def shared(self) -> None:
-        if not self._shared_done:
-            for step in self.spec.shared:
-                self.step(f"shared-{step.name}", step, self.values(None, 0))
-            self._shared_done = True
+        with self._shared_lock:  # seeds trained side by side share one trace
+            if not self._shared_done:
+                for step in self.spec.shared:
+                    self.step(f"shared-{step.name}", step, self.values(None, 0))
+                self._shared_done = True
+
+    def trained_seeds(self, entry: Entry) -> list[Seed]:
+        """Every seed of ``entry`` (:meth:`policy_of`), ``seed_jobs`` of them at once, in seed order."""
+        seeds = range(self.seed_count(entry))
+        if self.seed_jobs <= 1 or len(seeds) <= 1:
+            return [self.policy_of(entry, seed) for seed in seeds]
+        with ThreadPoolExecutor(min(self.seed_jobs, len(seeds))) as pool:  # each seed's steps are subprocesses
+            return list(pool.map(lambda seed: self.policy_of(entry, seed), seeds))
 
     def policy_of(self, entry: Entry, seed: int) -> Seed:
         """Seed ``seed`` of ``entry``: the policy given, built in, or trained with the pinned commands (or failed)."""
@@ -586,10 +621,10 @@ def run_benchmark(bench: Benchmark, entries: Sequence[Entry], check: list[str]) 
             rows.append(row)
             continue
         seeds = []
-        for seed in range(bench.seed_count(entry)):
-            result = bench.policy_of(entry, seed)
+        for result in bench.trained_seeds(entry):
             if result.status == "ok":
-                bench.say(f"{entry.name} seed {seed}: evaluating {result.policy} on the {spec.metric['side']} side")
+                side = spec.metric["side"]
+                bench.say(f"{entry.name} seed {result.seed}: evaluating {result.policy} on the {side} side")
                 try:
                     if entry.bound:
                         module_rows, missing = search_rows(Path(str(result.policy)), heldout)
@@ -817,6 +852,9 @@ def run_command(
             "--entry", help="NAME=RUN_DIR_OR_POLICY: use this instead of training NAME (repeat: one per seed)"
         ),
     ] = None,
+    seed_jobs: Annotated[
+        int, typer.Option("--seed-jobs", help="seeds of an entry trained side by side (for steps at -j 1)")
+    ] = 1,
     allow_mismatch: Annotated[
         bool, typer.Option("--allow-mismatch", help="run on a corpus that is not the pinned one (the board says so)")
     ] = False,
@@ -835,7 +873,7 @@ def run_command(
                   "--allow-mismatch runs anyway)")  # fmt: skip
         bench = Benchmark(loaded, corpus.resolve(), output.resolve(), workers, seeds, given,
                           tuple(e.name for e in chosen) if entries else (),
-                          lambda line: console.print(line, highlight=False, markup=False))  # fmt: skip
+                          lambda line: console.print(line, highlight=False, markup=False), seed_jobs)  # fmt: skip
         board = run_benchmark(bench, list(chosen), mismatches)
     except OptgymError as e:
         _fail(str(e))
