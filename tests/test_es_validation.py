@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from optgym.evaluate.benchmark import recorded_compiles
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import snapshot_dirs
 from optgym.train.es import ESConfig, train_es
@@ -50,6 +51,8 @@ def test_every_snapshot_is_validated_and_the_best_one_is_final(corpus_dir, tmp_p
     summary = json.loads((run / "final" / VALIDATION_FILE).read_text())
     assert summary["selected"] == best and summary["snapshots"] == records
     assert any(line.startswith(f"final policy: snapshot {best['iteration']}") for line in said)
+    # the benchmark's budget: 2 iterations × 1 direction × 2 × the 2 modules left to train on, and 3 validations
+    assert recorded_compiles(run) == 2 * 1 * 2 * 2 + 3
 
 
 def test_validation_that_takes_every_training_module_is_refused_before_the_run_exists(corpus_dir, tmp_path):

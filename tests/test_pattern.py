@@ -11,6 +11,7 @@ import pytest
 
 from optgym.corpus import Corpus
 from optgym.corpus.portable import portable_modules
+from optgym.evaluate.benchmark import recorded_compiles
 from optgym.parallel.portable import portable_path
 from optgym.policies.allowance import allowance_policy, trainable
 from optgym.policies.mlp import MLPPolicy
@@ -86,6 +87,7 @@ def test_a_search_keeps_only_smaller_moves_and_its_figure_is_a_real_compiles(cor
     assert all(int(r["worse"]) == 0 for r in rows if r["better"] == "1")  # 2 % of 3 modules: none may be worse
     assert int(rows[-1]["compiles"]) < (len(rows) + 1) * modules, "replay saved no compile"
     assert results["replay_mismatches"] == 0
+    assert recorded_compiles(run) == int(rows[-1]["compiles"])  # what the benchmark counts against its budget
 
     final = MLPPolicy.load(run / "final" / "policy")
     searched = final.parameters()[np.flatnonzero(trainable(final))]

@@ -349,20 +349,35 @@ def recorded_compiles(path: Path) -> int | None:
         algorithm, options, _ = read_config(path)
     except OptgymError:
         return None  # not a run optgym recorded: nothing to count
+    validated, held_back = _validation_compiles(path)
     if algorithm == "es":
         from optgym.corpus import Corpus
 
-        modules = options.get("modules_per_iteration") or len(Corpus(options["corpus"], split=options.get("split")))
-        return int(options["iterations"]) * int(options["directions"]) * 2 * int(modules)
+        side = len(Corpus(options["corpus"], split=options.get("split"))) - held_back  # what the batches draw from
+        modules = options.get("modules_per_iteration") or side
+        return int(options["iterations"]) * int(options["directions"]) * 2 * int(modules) + validated
+    if algorithm == "pattern":  # its final metrics count every candidate compiled (replays are free)
+        metrics = path / "final" / "metrics.json"
+        return int(json.loads(metrics.read_text())["compiles"]) + validated if metrics.is_file() else None
     columns = {"ppo": "results/episodes", "a2c": "results/episodes", "dqn": "results/episodes",
                "imitate": "dagger/compiles", "bc": None}  # fmt: skip
     if algorithm not in columns:
         return None
     column, progress = columns[algorithm], path / "progress.csv"
     if column is None or not progress.is_file():
-        return 0
+        return validated
     with progress.open(newline="") as f:
-        return sum(int(float(row.get(column) or 0)) for row in csv.DictReader(f))
+        return sum(int(float(row.get(column) or 0)) for row in csv.DictReader(f)) + validated
+
+
+def _validation_compiles(run: Path) -> tuple[int, int]:
+    """A run's validation (``--validation-percent``, :mod:`optgym.train.validation`): its compiles (each
+    snapshot's policy on every held-back module) and the modules held back; ``(0, 0)`` for a run without it."""
+    from optgym.train.validation import VALIDATION_FILE
+
+    records = [json.loads(r.read_text()) for r in (run / "snapshots").glob(f"*/{VALIDATION_FILE}")]
+    per_snapshot = [int(r.get("modules", 0)) for r in records]
+    return sum(per_snapshot), max(per_snapshot, default=0)
 
 
 @dataclass
