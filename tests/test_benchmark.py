@@ -257,3 +257,25 @@ def test_resume_args_only_continue_a_trainer_with_a_snapshot(tmp_path):
     assert resume_args(ppo, run) == ["train", "ppo", "--resume", str(run), "-j", "1", "--no-final-eval"]
     assert resume_args(["search", "--corpus", "C", "-o", str(run)], run) is None  # a search resumes itself
     assert resume_args(["train", "bc", "--trace", "T", "-o", str(run)], run) is None
+
+
+def test_kept_steps_let_a_new_output_directory_go_on_without_training_again(bench_corpus, tiny_spec, work, tmp_path):
+    """``maintainer.keep_steps``: the markers and the finished runs' small files, copied into an empty output
+    directory, make a rerun reuse every finished step and measure the same figures, with no model or
+    TensorBoard log kept."""
+    from maintainer.keep_steps import keep
+
+    data = tomllib.loads(tiny_spec.read_text())
+    data["entries"] = [e for e in data["entries"] if e["name"] == "es-allowance"]
+    spec = work / "kept.toml"
+    spec.write_text(tomli_w.dumps(data))
+    first_out, kept, second_out = tmp_path / "first", tmp_path / "kept", tmp_path / "second"
+    common = ("--corpus", str(bench_corpus), "--spec", str(spec), "--seeds", "1", "-j", "1")
+    assert (first := _run(*common, "-o", str(first_out))).exit_code == 0, first.output
+    assert keep(first_out, kept) > 0
+    assert not list(kept.rglob("events.out.tfevents*")) and not list(kept.rglob("model.zip"))
+    shutil.copytree(kept, second_out)
+    assert (second := _run(*common, "-o", str(second_out))).exit_code == 0, second.output
+    rows = [json.loads((out / "leaderboard.json").read_text())["rows"][0] for out in (first_out, second_out)]
+    assert [s["source"] for s in rows[1]["seeds"]] == ["reused"]
+    assert rows[1]["mean"] == rows[0]["mean"] and rows[1]["seeds"][0]["compiles"] == rows[0]["seeds"][0]["compiles"]

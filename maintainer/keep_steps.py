@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Keep the finished steps of an ``optgym benchmark run`` in the repository, so a new machine can continue it.
+
+    .venv/bin/python -m maintainer.keep_steps OUT DEST     # copy what a rerun needs out of OUT into DEST
+    cp -r DEST/. OUT/                                       # on a new machine: then rerun the same command
+
+Why: a registered recipe of several hours outlives a session, and this workplace's machines do not always
+outlive one. Nineteen sessions of runs were lost with one machine, together with a claim's policies before
+their unseen set was measured. A benchmark run skips every step whose marker (``OUT/done``) exists. So
+the markers, plus the files the later steps and the leaderboard read, are enough to go on from where the
+old machine stopped.
+
+What is kept, for each step with a marker:
+- the run's ``config.toml`` and ``progress.csv``;
+- its ``final/`` directory (the policy and its metrics);
+- every snapshot's ``validation.json`` (how its final policy was chosen, and the compiles the budget counts).
+Left out: snapshots' models, searches' states, TensorBoard logs and caches. A step cut off before its
+marker is started again on the new machine. A finished search is not kept either, because only the
+imitation reads it, and that has its own marker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+#: Files of a finished run directory that a rerun or the leaderboard reads.
+KEPT = ("config.toml", "progress.csv", "final/**/*", "snapshots/*/validation.json")
+
+
+def finished_runs(out: Path) -> list[Path]:
+    """The run directories (``-o``) of the steps ``out`` has markers for, searches excluded."""
+    runs = []
+    for marker in sorted((out / "done").glob("*.json")):
+        command = json.loads(marker.read_text())["command"]
+        for flag in ("-o", "--resume"):  # a step continued after an interruption names its run with --resume
+            if command[0] == "train" and flag in command:
+                runs.append(Path(command[command.index(flag) + 1]))
+    return runs
+
+
+def keep(out: Path, dest: Path) -> int:
+    """Copy ``out``'s markers and its finished runs' kept files into ``dest``; returns the files copied."""
+    copied = 0
+    for source in [*sorted((out / "done").glob("*.json")), *_kept_files(out)]:
+        target = dest / source.relative_to(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+        copied += 1
+    return copied
+
+
+def _kept_files(out: Path) -> list[Path]:
+    files = []
+    for run in finished_runs(out):
+        if not run.resolve().is_relative_to(out.resolve()):
+            raise SystemExit(f"{run} is outside {out}: its steps' -o must be under the benchmark's output")
+        files += [f for pattern in KEPT for f in sorted(run.glob(pattern)) if f.is_file()]
+    return files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="the benchmark run's output directory (-o)")
+    parser.add_argument("dest", type=Path, help="where to keep the files (a directory in the repository)")
+    args = parser.parse_args()
+    print(f"kept {keep(args.out, args.dest)} files in {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
