@@ -14,9 +14,9 @@ What is kept, for each step with a marker:
 - the run's ``config.toml`` and ``progress.csv``;
 - its ``final/`` directory (the policy and its metrics);
 - every snapshot's ``validation.json`` (how its final policy was chosen, and the compiles the budget counts).
-Left out: snapshots' models, searches' states, TensorBoard logs and caches. A step cut off before its
-marker is started again on the new machine. A finished search is not kept either, because only the
-imitation reads it, and that has its own marker.
+For a finished search, only its ``search.json`` (its summary: the compiles the budget counts). Its states are
+read by the imitation alone, which has its own marker. Left out: snapshots' models, TensorBoard logs and
+caches. A step cut off before its marker is started again on the new machine.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ import json
 import shutil
 from pathlib import Path
 
-#: Files of a finished run directory that a rerun or the leaderboard reads.
-KEPT = ("config.toml", "progress.csv", "final/**/*", "snapshots/*/validation.json")
+#: Files of a finished run or search directory that a rerun or the leaderboard reads.
+KEPT = ("config.toml", "progress.csv", "final/**/*", "snapshots/*/validation.json", "search.json")
 
 
 def finished_runs(out: Path) -> list[Path]:
-    """The run directories (``-o``) of the steps ``out`` has markers for, searches excluded."""
+    """The run and search directories of the steps ``out`` has markers for."""
     runs = []
     for marker in sorted((out / "done").glob("*.json")):
         command = json.loads(marker.read_text())["command"]
         for flag in ("-o", "--resume"):  # a step continued after an interruption names its run with --resume
-            if command[0] == "train" and flag in command:
+            if flag in command:
                 runs.append(Path(command[command.index(flag) + 1]))
     return runs
 
