@@ -34,10 +34,9 @@ def finished_runs(out: Path) -> list[Path]:
     """The run and search directories of the steps ``out`` has markers for."""
     runs = []
     for marker in sorted((out / "done").glob("*.json")):
-        command = json.loads(marker.read_text())["command"]
-        for flag in ("-o", "--resume"):  # a step continued after an interruption names its run with --resume
-            if flag in command:
-                runs.append(Path(command[command.index(flag) + 1]))
+        command = json.loads(marker.read_text())["command"]  # the step's pinned command
+        if "-o" in command:
+            runs.append(Path(command[command.index("-o") + 1]))
     return runs
 
 
@@ -56,7 +55,7 @@ def _kept_files(out: Path) -> list[Path]:
     files = []
     for run in finished_runs(out):
         if not run.resolve().is_relative_to(out.resolve()):
-            raise SystemExit(f"{run} is outside {out}: its steps' -o must be under the benchmark's output")
+            raise ValueError(f"{run} is outside {out}: its steps' -o must be under the benchmark's output")
         files += [f for pattern in KEPT for f in sorted(run.glob(pattern)) if f.is_file()]
     return files
 

@@ -439,7 +439,7 @@ class Benchmark:
         marker = self.out / "done" / f"{label}.json"
         if marker.is_file():
             return float(json.loads(marker.read_text())["seconds"]), True
-        args = [render(a, values) for a in step.command]
+        pinned = args = [render(a, values) for a in step.command]
         if step.output is not None and (output := Path(render(step.output, values))).is_dir():
             if not output.resolve().is_relative_to(self.out.resolve()):
                 raise BenchmarkError(f"{label}: will not remove {output}, which is outside {self.out}")
@@ -460,7 +460,8 @@ class Benchmark:
         if code != 0:
             raise StepFailed(f"{step.name}: {_reason(log, code)} (log: {log})")
         seconds = time.monotonic() - start
-        atomic_write_bytes(marker, json.dumps({"seconds": round(seconds, 1), "command": args}).encode())
+        # the pinned command, whatever continued it: what the step is, not how this machine got there
+        atomic_write_bytes(marker, json.dumps({"seconds": round(seconds, 1), "command": pinned}).encode())
         return seconds, False
 
     def shared(self) -> None:
