@@ -41,20 +41,22 @@ def test_ppo_never_trains_on_the_validation_package_and_keeps_its_best_snapshot(
     chosen = MLPPolicy.load(run / "snapshots" / f"{best['iteration']:08d}" / "policy").parameters()
     assert np.array_equal(MLPPolicy.load(run / "final" / "policy").parameters(), chosen)
     assert json.loads((run / "final" / VALIDATION_FILE).read_text()) == {"selected": best, "snapshots": records}
-    assert f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})" in said
+    rule = "the most bytes saved on validation"
+    assert f"final policy: snapshot {best['iteration']}, {rule} (fitness {best['fitness']})" in said
 
 
-def _snapshots(run, fitnesses):
+def _snapshots(run, fitnesses, worse_shares=None):
     """Snapshots whose policies differ (bias = iteration) and whose validation records are already written, as a
     resumed run finds them: choosing among them compiles nothing."""
     for iteration, fitness in enumerate(fitnesses):
+        share = worse_shares[iteration] if worse_shares else 0.0
         policy = allowance_policy()
         policy.weights[-1][1][1] = float(iteration)
 
-        def fill(tmp, policy=policy, iteration=iteration, fitness=fitness):
+        def fill(tmp, policy=policy, iteration=iteration, fitness=fitness, share=share):
             policy.save(tmp / "policy")
-            record = {"iteration": iteration, "fitness": fitness, "total_ratio": 1.0, "worse": 0, "worse_share": 0.0,
-                      "modules": 1, "failed": 0 if fitness is not None else 1}  # fmt: skip
+            record = {"iteration": iteration, "fitness": fitness, "total_ratio": 1.0, "worse": round(share * 100),
+                      "worse_share": share, "modules": 100, "failed": 0 if fitness is not None else 1}  # fmt: skip
             (tmp / VALIDATION_FILE).write_text(json.dumps(record))
 
         write_snapshot(run, iteration, fill, {})
@@ -73,6 +75,35 @@ def test_the_final_policy_is_the_best_validated_snapshot(corpus_dir, tmp_path, f
     choose_on_validation(run, validation, say=lambda s: None)
     assert MLPPolicy.load(run / "final" / "policy").weights[-1][1][1] == expected
     assert json.loads((run / "final" / VALIDATION_FILE).read_text())["selected"]["iteration"] == expected
+
+
+@pytest.mark.parametrize(
+    ("fitnesses", "worse_shares", "expected"),
+    [
+        ([0.0, 0.05, 0.03], [0.01, 0.10, 0.02], 2),
+        ([0.0, 0.05, 0.03], [0.05, 0.10, 0.04], 2),
+        ([0.0, 0.05, 0.03], [0.04, 0.04, 0.06], 1),
+        ([None, 0.05, 0.03], [0.0, 0.10, 0.10], 1),
+    ],
+    ids=["best-under-the-cap", "none-under-it-fewest-worse", "a-tie-in-worse-goes-to-bytes", "nothing-compiled-last"],
+)
+def test_a_capped_validation_chooses_as_the_size_target_counts(corpus_dir, tmp_path, fitnesses, worse_shares,
+                                                               expected):  # fmt: skip
+    """With ``--validation-max-worse 0.02`` a snapshot that wins on bytes by making 10 % of modules worse is
+    passed over for the best one within the cap; with none within it, the fewest modules worse wins."""
+    run = tmp_path / "run"
+    _snapshots(run, fitnesses, worse_shares)
+    validation = Validation(Corpus(corpus_dir), ["tree.c.o"], "inline-size", 1, 60.0, bytes_saved, max_worse=0.02)
+    said: list[str] = []
+    choose_on_validation(run, validation, say=said.append)
+    assert MLPPolicy.load(run / "final" / "policy").weights[-1][1][1] == expected
+    assert any("with at most 2.0% of modules > 1 % worse" in line for line in said)
+
+
+def test_a_cap_that_is_no_share_is_refused(corpus_dir):
+    with pytest.raises(RunError, match="validation-max-worse 2"):
+        Validation.held_back_from(Corpus(corpus_dir), ["tree.c.o"], ["tree"], 0.0, problem="inline-size", workers=1,
+                                  timeout=60.0, fitness=bytes_saved, max_worse=2)  # fmt: skip
 
 
 def test_bytes_saved_counts_the_total():

@@ -41,6 +41,12 @@ ValidationGroups = Annotated[
 ValidationPercent = Annotated[
     float, typer.Option(help="hold back this share of the training packages (a fixed draw) to pick the snapshot")
 ]
+ValidationMaxWorse = Annotated[
+    float | None,
+    typer.Option(
+        help="choose the final snapshot within this share of validation modules > 1 % worse (default: bytes alone)"
+    ),
+]
 WarmVocab = Annotated[Path | None, typer.Option(help="vocab JSON (default: the warm start's)")]
 Extras = Annotated[
     str,
@@ -303,6 +309,7 @@ def _sb3_command(algorithm: str):
         language: TrainLanguage = None,
         validation_groups: ValidationGroups = None,
         validation_percent: ValidationPercent = 0.0,
+        validation_max_worse: ValidationMaxWorse = None,
         resume: Annotated[Path | None, typer.Option(help="continue this run from its latest snapshot")] = None,
     ) -> None:
         from optgym.errors import OptgymError
@@ -326,7 +333,8 @@ def _sb3_command(algorithm: str):
                             temperature=temperature, credit=credit,
                             allowance=_allowance_gates(allowance), language=language,
                             validation_groups=comma_list(validation_groups, {}),
-                            validation_percent=validation_percent)  # fmt: skip
+                            validation_percent=validation_percent,
+                            validation_max_worse=validation_max_worse)  # fmt: skip
             train_sb3(cfg, say=console.print)
         except OptgymError as e:
             _fail(str(e))
@@ -462,6 +470,7 @@ def es_command(
     ] = None,
     validation_groups: ValidationGroups = None,
     validation_percent: ValidationPercent = 0.0,
+    validation_max_worse: ValidationMaxWorse = None,
     heuristic_weight: Annotated[
         float,
         typer.Option(help="an allowance's weight on clang's answer: 4 only adds inlines; below 1 it can withdraw them"),
@@ -490,7 +499,8 @@ def es_command(
                        companions=[list(pair) for pair in parse_companions(with_)],
                        scorer_hidden=scorer_hidden, allowance=_allowance_gates(allowance), shaping=shaping,
                        batch=batch, anneal=anneal, validation_groups=comma_list(validation_groups, {}),
-                       validation_percent=validation_percent, heuristic_weight=heuristic_weight)  # fmt: skip
+                       validation_percent=validation_percent, validation_max_worse=validation_max_worse,
+                       heuristic_weight=heuristic_weight)  # fmt: skip
         train_es(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))

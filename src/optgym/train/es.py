@@ -122,6 +122,7 @@ class ESConfig:
     #: draw of this share of them; every snapshot is compiled on them, and the best one is the run's final policy
     validation_groups: list[str] = field(default_factory=list)
     validation_percent: float = 0.0
+    validation_max_worse: float | None = None  # choose within this share of modules > 1 % worse (validation.py)
     #: an allowance's fixed weight on clang's answer: 4 only adds inlines; below 1 a negative allowance also
     #: withdraws clang's inlines whose cost is just under the threshold (optgym.policies.allowance)
     heuristic_weight: float = HEURISTIC_WEIGHT
@@ -282,6 +283,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
     validation = Validation.held_back_from(
         split_side, [m.name for m in corpus], cfg.validation_groups, cfg.validation_percent, problem=cfg.problem,
         workers=cfg.workers, timeout=cfg.timeout, fitness=total, companions=[(n, s) for n, s in cfg.companions],
+        max_worse=cfg.validation_max_worse,
     )  # fmt: skip
     if validation:
         validating = set(validation.modules)
@@ -422,7 +424,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         chosen, best, records = validation.choose(run)
         with np.load(chosen / "es_state.npz") as z:
             theta = z["theta"].copy()
-        say(f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})")
+        say(f"final policy: snapshot {best['iteration']}, {validation.rule()} (fitness {best['fitness']})")
     writer.close()
     policy = policy.with_parameters(theta)
     policy.save(run / "final" / "policy")

@@ -121,6 +121,7 @@ class SB3Config:
     #: best one (the warm start included) is the run's final policy
     validation_groups: list[str] = field(default_factory=list)
     validation_percent: float = 0.0
+    validation_max_worse: float | None = None  # choose within this share of modules > 1 % worse (validation.py)
 
 
 # -- the env each worker builds --------------------------------------------------------------------
@@ -568,7 +569,7 @@ def validation_of(cfg: SB3Config) -> Validation | None:
     training = [m.name for m in of_language(side, cfg.language)]
     return Validation.held_back_from(side, training, cfg.validation_groups, cfg.validation_percent,
                                      problem=cfg.problem, workers=cfg.workers, timeout=cfg.timeout,
-                                     fitness=bytes_saved)  # fmt: skip
+                                     fitness=bytes_saved, max_worse=cfg.validation_max_worse)  # fmt: skip
 
 
 def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
@@ -585,7 +586,7 @@ def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
     final = run / "final" / "policy"
     MLPPolicy.load(chosen / "policy").save(final)
     write_selection(run, best, records)
-    say(f"final policy: snapshot {best['iteration']}, the best on validation (fitness {best['fitness']})")
+    say(f"final policy: snapshot {best['iteration']}, {validation.rule()} (fitness {best['fitness']})")
 
 
 def final_results(cfg: SB3Config, run: Path, say=print) -> dict[str, Any]:

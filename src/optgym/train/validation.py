@@ -8,6 +8,12 @@ side is held back by package, never trained on, and every snapshot, the warm sta
 The run's final policy is the snapshot with the best validation fitness, not the last iterate, as the .NET
 CSE gym evaluates every snapshot. The held-out split stays untouched: choosing on it would make it a tuning set.
 
+Bytes alone can choose a snapshot that wins its total by making many modules worse (a PPO run kept one with 41
+of 226 validation modules more than 1 % larger: docs/experiments/2026-11-27-callee-linkage.md), which the
+size target forbids and no later step could repair. With a cap (``--validation-max-worse``) the choice is the
+target's own rule, as the pattern search keeps moves: the best fitness among snapshots with at most that share
+of modules more than 1 % worse, or, when none is under it, the fewest such modules (then the best fitness).
+
 ES (``optgym train es``) and the SB3 trainers (``optgym train ppo|a2c|dqn``) share this module.
 """
 
@@ -78,6 +84,7 @@ class Validation:
     timeout: float
     fitness: Callable[[list[dict[str, Any]]], float]
     companions: list[tuple[str, str]] = field(default_factory=list)
+    max_worse: float | None = None  # the largest share of modules > 1 % worse a chosen snapshot may have
 
     @classmethod
     def held_back_from(
@@ -92,11 +99,13 @@ class Validation:
         timeout: float,
         fitness: Callable[[list[dict[str, Any]]], float],
         companions: Sequence[tuple[str, str]] = (),
+        max_worse: float | None = None,
     ) -> Validation | None:
         """The validation of a run that trains on ``training`` (modules of ``side``): the packages of
         :func:`held_back`, or ``None`` when the run holds nothing back."""
+        check_max_worse(max_worse)
         held = held_back(side.root, training, groups, percent)
-        return cls(side, held, problem, workers, timeout, fitness, list(companions)) if held else None
+        return cls(side, held, problem, workers, timeout, fitness, list(companions), max_worse) if held else None
 
     def snapshot(self, snapshot: Path) -> dict[str, Any]:
         """A snapshot's policy on the validation modules, against clang: its fitness, total ratio and modules
@@ -127,13 +136,34 @@ class Validation:
         validated = {snap: self.snapshot(snap) for snap in snapshot_dirs(run)}
         if not validated:
             raise RunError(f"{run} has no snapshot to validate")
-
-        def rank(snap: Path) -> tuple[float, int]:
-            fitness = validated[snap]["fitness"]
-            return (float("-inf") if fitness is None else fitness), -validated[snap]["iteration"]
-
-        chosen = max(validated, key=rank)
+        chosen = max(validated, key=lambda snap: rank(validated[snap], self.max_worse))
         return chosen, validated[chosen], list(validated.values())
+
+    def rule(self) -> str:
+        """How :meth:`choose` ranks, in words for the console."""
+        if self.max_worse is None:
+            return "the most bytes saved on validation"
+        return f"the most bytes saved on validation with at most {self.max_worse:.1%} of modules > 1 % worse"
+
+
+def check_max_worse(max_worse: float | None) -> None:
+    """Refuse a cap that is not a share of modules."""
+    if max_worse is not None and not 0 <= max_worse < 1:
+        raise RunError(f"--validation-max-worse {max_worse}: a share of the validation modules, 0 ≤ share < 1")
+
+
+def rank(record: dict[str, Any], max_worse: float | None) -> tuple[float, ...]:
+    """A validation record's place, higher is better: by fitness alone, or (with a cap) first whether it is
+    under the cap, then, under it, fitness; past it, fewer modules worse and then fitness. A record nothing
+    compiled for ranks last; on a tie the earlier iteration wins."""
+    if record["fitness"] is None:
+        return (float("-inf"),)
+    earlier = -record["iteration"]
+    if max_worse is None:
+        return (0.0, record["fitness"], earlier)
+    if record["worse_share"] <= max_worse:
+        return (1.0, 0.0, record["fitness"], earlier)
+    return (0.0, -record["worse_share"], record["fitness"], earlier)
 
 
 def record_line(record: dict[str, Any]) -> str:
@@ -163,7 +193,9 @@ __all__ = [
     "VALIDATION_FILE",
     "Validation",
     "bytes_saved",
+    "check_max_worse",
     "held_back",
+    "rank",
     "record_line",
     "to_tensorboard",
     "validation_modules",
