@@ -22,7 +22,7 @@ from optgym.cli import app
 from optgym.corpus import Corpus
 from optgym.corpus.corpus import DESCRIPTION
 from optgym.corpus.split import apply_split
-from optgym.evaluate.benchmark import load_spec, names_digest, resume_args, spec_path
+from optgym.evaluate.benchmark import BenchmarkError, load_spec, names_digest, resume_args, spec_path
 from optgym.policies import PRETRAINED_PROVENANCE
 from optgym.policies.allowance import DEFAULT_GATES
 from optgym.train.es import ESConfig, train_es
@@ -113,6 +113,35 @@ def test_the_shipped_spec_pins_the_shipped_rules_corpus():
                                               "es-allowance", "bound"}  # fmt: skip
     assert all(e.compiles_per_module <= spec.budget for e in spec.entries)
     assert [e.name for e in spec.entries if e.manual] == ["search"]
+
+
+def test_a_variant_entry_is_its_base_with_the_options_it_adds():
+    spec = load_spec()
+    base, capped = spec.entry("learned"), spec.entry("learned-capped")
+    assert (capped.kind, capped.policy, capped.compiles_per_module) == (base.kind, base.policy,
+                                                                        base.compiles_per_module)  # fmt: skip
+    assert capped.what != base.what
+    for old, new in zip(base.steps, capped.steps, strict=True):
+        added = ("--validation-max-worse", "0.02") if old.name in ("ppo", "linkage") else ()
+        assert (new.name, new.output, new.command) == (old.name, old.output, old.command + added)
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [
+        ({"variant_of": "nope"}, "no earlier entry"),
+        ({"variant_of": "never", "add_options": {"x": ["-y"]}}, "names no step of never: x"),
+        ({"add_options": {"x": ["-y"]}}, "add_options needs variant_of"),
+    ],
+    ids=["unknown-base", "unknown-step", "no-base"],
+)
+def test_a_variant_that_names_nothing_real_is_refused(tmp_path, variant, message):
+    data = tomllib.loads(spec_path(None).read_text())
+    data["entries"].append({"name": "odd", "kind": "odd", **variant})
+    path = tmp_path / "odd.toml"
+    path.write_text(tomli_w.dumps(data))
+    with pytest.raises(BenchmarkError, match=message):
+        load_spec(path)
 
 
 def test_check_accepts_the_pinned_corpus_and_lists_every_difference(bench_corpus, tiny_spec, corpus_dir, work):

@@ -167,6 +167,25 @@ def _step(table: dict[str, Any], where: str) -> Step:
         raise BenchmarkError(f"{where}: a step needs {e.args[0]!r}") from None
 
 
+def _variant(raw: dict[str, Any], earlier: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
+    """An entry written as ``variant_of = "BASE"``: BASE's table (an earlier entry) with this one's keys over it,
+    and ``add_options = {STEP = [...]}`` appended to those steps' commands. A recipe that changes one option
+    of one step is then that option, not a second copy of every command that could drift from the first."""
+    if "variant_of" not in raw:
+        if "add_options" in raw:
+            raise BenchmarkError(f"{where}: add_options needs variant_of")
+        return raw
+    base = earlier.get(raw["variant_of"])
+    if base is None:
+        raise BenchmarkError(f"{where}: variant_of {raw['variant_of']!r} is no earlier entry")
+    added: dict[str, list[str]] = raw.get("add_options", {})
+    steps = [{**step, "command": [*step["command"], *added.get(step["name"], ())]} for step in base.get("steps", [])]
+    if unknown := set(added) - {step["name"] for step in steps}:
+        raise BenchmarkError(f"{where}: add_options names no step of {raw['variant_of']}: {', '.join(sorted(unknown))}")
+    own = {k: v for k, v in raw.items() if k not in ("variant_of", "add_options")}
+    return {**base, **own, "steps": steps}
+
+
 def spec_path(spec: str | Path | None) -> Path:
     """A spec file: a path, or the name of one shipped in ``benchmarks/`` (default ``inline-oz-v1``)."""
     spec = spec or DEFAULT_SPEC
@@ -192,8 +211,10 @@ def load_spec(spec: str | Path | None = None) -> Spec:
     if differs:
         raise BenchmarkError(f"{path}: this optgym computes the metric {METRIC}, the spec declares {differs}")
     entries = []
+    by_name: dict[str, dict[str, Any]] = {}
     for raw in data.get("entries", []):
         where = f"{path} entry {raw.get('name', '?')}"
+        raw = by_name[str(raw.get("name"))] = _variant(raw, by_name, where)
         try:
             entries.append(Entry(
                 name=raw["name"], kind=raw["kind"], what=raw.get("what", ""), policy=raw.get("policy", "{run}"),
