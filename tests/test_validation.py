@@ -97,7 +97,9 @@ def test_a_capped_validation_chooses_as_the_size_target_counts(corpus_dir, tmp_p
     said: list[str] = []
     choose_on_validation(run, validation, say=said.append)
     assert MLPPolicy.load(run / "final" / "policy").weights[-1][1][1] == expected
-    assert any("with at most 2.0% of modules > 1 % worse" in line for line in said)
+    past = "none on validation within 2.0% of modules > 1 % worse: the fewest"
+    assert any(line.startswith(f"final policy: snapshot {expected}, ") for line in said)
+    assert any(past in line for line in said) == (worse_shares[expected] > 0.02)
 
 
 def test_a_cap_that_is_no_share_is_refused(corpus_dir):

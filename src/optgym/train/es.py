@@ -424,7 +424,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
         chosen, best, records = validation.choose(run)
         with np.load(chosen / "es_state.npz") as z:
             theta = z["theta"].copy()
-        say(f"final policy: snapshot {best['iteration']}, {validation.rule()} (fitness {best['fitness']})")
+        say(f"final policy: snapshot {best['iteration']}, {validation.why(best)} (fitness {best['fitness']})")
     writer.close()
     policy = policy.with_parameters(theta)
     policy.save(run / "final" / "policy")

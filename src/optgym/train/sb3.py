@@ -586,7 +586,7 @@ def choose_on_validation(run: Path, validation: Validation, say=print) -> None:
     final = run / "final" / "policy"
     MLPPolicy.load(chosen / "policy").save(final)
     write_selection(run, best, records)
-    say(f"final policy: snapshot {best['iteration']}, {validation.rule()} (fitness {best['fitness']})")
+    say(f"final policy: snapshot {best['iteration']}, {validation.why(best)} (fitness {best['fitness']})")
 
 
 def final_results(cfg: SB3Config, run: Path, say=print) -> dict[str, Any]:

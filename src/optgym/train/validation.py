@@ -139,11 +139,14 @@ class Validation:
         chosen = max(validated, key=lambda snap: rank(validated[snap], self.max_worse))
         return chosen, validated[chosen], list(validated.values())
 
-    def rule(self) -> str:
-        """How :meth:`choose` ranks, in words for the console."""
+    def why(self, chosen: dict[str, Any]) -> str:
+        """Why :meth:`choose` took the snapshot of record ``chosen``, in words for the console."""
         if self.max_worse is None:
             return "the most bytes saved on validation"
-        return f"the most bytes saved on validation with at most {self.max_worse:.1%} of modules > 1 % worse"
+        cap = f"{self.max_worse:.1%} of modules > 1 % worse"
+        if chosen["fitness"] is not None and chosen["worse_share"] > self.max_worse:
+            return f"none on validation within {cap}: the fewest ({chosen['worse']} of {chosen['modules']})"
+        return f"the most bytes saved on validation within {cap}"
 
 
 def check_max_worse(max_worse: float | None) -> None:
