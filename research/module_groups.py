@@ -45,9 +45,14 @@ def main() -> None:
     totals = group_totals(csv.DictReader((report / "modules.csv").open()), groups)  # type: ignore[arg-type]
     for name, t in totals.items():
         if t["modules"]:
-            print(f"{name:12s} {t['modules']:3d} modules  text {t['policy_text'] / t['heuristic_text']:.4f}  "
-                  f".text {t['policy_dottext'] / t['heuristic_dottext']:.4f}  > 1 % worse {t['worse']}  "
+            print(f"{name:12s} {t['modules']:3d} modules  text {_ratio(t['policy_text'], t['heuristic_text'])}  "
+                  f".text {_ratio(t['policy_dottext'], t['heuristic_dottext'])}  > 1 % worse {t['worse']}  "
                   f"({t['heuristic_text']} B)")  # fmt: skip
+
+
+def _ratio(policy: int, clang: int) -> str:
+    """policy ÷ clang, or "—" for a group whose objects hold no code (gperf's getopt compiles to none)."""
+    return f"{policy / clang:.4f}" if clang else "—"
 
 
 if __name__ == "__main__":
