@@ -65,6 +65,7 @@ from optgym.train.run import (
     ProgressCSV,
     RunError,
     check_language,
+    check_share,
     evaluate_final,
     every_kth,
     modules_to_train_on,
@@ -288,8 +289,7 @@ def check_config(cfg: PatternConfig) -> None:
     for name, value in (("--step", cfg.step), ("--min-step", cfg.min_step)):
         if not np.log2(value).is_integer():
             raise RunError(f"{name} {value}: a power of two (1, 0.5, 0.25 …), which float32 weights hold exactly")
-    if not 0 <= cfg.max_worse < 1:
-        raise RunError(f"--max-worse {cfg.max_worse}: a share of the sample's modules, 0 ≤ share < 1")
+    check_share("--max-worse", cfg.max_worse, "the sample's modules")
     if cfg.sample is not None and cfg.sample < 1:
         raise RunError(f"--sample {cfg.sample}: at least one module")
     if cfg.hold_out_every is not None and cfg.hold_out_every < 2:

@@ -75,6 +75,13 @@ def check_choices(options: Iterable[tuple[str, str, Sequence[str]]]) -> None:
             raise RunError(f"unknown {option} {value!r}: one of {', '.join(choices)}")
 
 
+def check_share(option: str, value: float | None, of: str) -> None:
+    """Refuse a cap on modules more than 1 % worse that is not a share (``None``: no cap): the pattern search's
+    ``--max-worse`` and the validation's ``--validation-max-worse`` alike."""
+    if value is not None and not 0 <= value < 1:
+        raise RunError(f"{option} {value}: a share of {of}, 0 ≤ share < 1")
+
+
 def versions() -> dict[str, str]:
     """The versions a run records: clang, optgym, the git revision of the source tree, torch, SB3."""
     out: dict[str, str] = {}

@@ -32,7 +32,7 @@ from optgym.errors import CorpusError
 from optgym.files import atomic_write_bytes
 from optgym.policies.trained import snapshot_dirs
 from optgym.train.evaluation import evaluate, summarize
-from optgym.train.run import RunError, read_state
+from optgym.train.run import RunError, check_share, read_state
 
 #: The figures of one snapshot on the validation packages, in the snapshot (and, for all of them, in ``RUN/final``).
 VALIDATION_FILE = "validation.json"
@@ -103,7 +103,7 @@ class Validation:
     ) -> Validation | None:
         """The validation of a run that trains on ``training`` (modules of ``side``): the packages of
         :func:`held_back`, or ``None`` when the run holds nothing back."""
-        check_max_worse(max_worse)
+        check_share("--validation-max-worse", max_worse, "the validation modules")
         held = held_back(side.root, training, groups, percent)
         return cls(side, held, problem, workers, timeout, fitness, list(companions), max_worse) if held else None
 
@@ -136,7 +136,7 @@ class Validation:
         validated = {snap: self.snapshot(snap) for snap in snapshot_dirs(run)}
         if not validated:
             raise RunError(f"{run} has no snapshot to validate")
-        chosen = max(validated, key=lambda snap: rank(validated[snap], self.max_worse))
+        chosen = max(validated, key=lambda snap: _rank(validated[snap], self.max_worse))
         return chosen, validated[chosen], list(validated.values())
 
     def why(self, chosen: dict[str, Any]) -> str:
@@ -144,29 +144,25 @@ class Validation:
         if self.max_worse is None:
             return "the most bytes saved on validation"
         cap = f"{self.max_worse:.1%} of modules > 1 % worse"
-        if chosen["fitness"] is not None and chosen["worse_share"] > self.max_worse:
+        if chosen["fitness"] is not None and not _within(chosen, self.max_worse):
             return f"none on validation within {cap}: the fewest ({chosen['worse']} of {chosen['modules']})"
         return f"the most bytes saved on validation within {cap}"
 
 
-def check_max_worse(max_worse: float | None) -> None:
-    """Refuse a cap that is not a share of modules."""
-    if max_worse is not None and not 0 <= max_worse < 1:
-        raise RunError(f"--validation-max-worse {max_worse}: a share of the validation modules, 0 ≤ share < 1")
+def _within(record: dict[str, Any], max_worse: float | None) -> bool:
+    """Whether a validated snapshot is under the cap (no cap: every one is)."""
+    return max_worse is None or record["worse_share"] <= max_worse
 
 
-def rank(record: dict[str, Any], max_worse: float | None) -> tuple[float, ...]:
-    """A validation record's place, higher is better: by fitness alone, or (with a cap) first whether it is
-    under the cap, then, under it, fitness; past it, fewer modules worse and then fitness. A record nothing
-    compiled for ranks last; on a tie the earlier iteration wins."""
+def _rank(record: dict[str, Any], max_worse: float | None) -> tuple[float, ...]:
+    """A validation record's place, higher is better: first whether it is within the cap; within it, fitness;
+    past it, fewer modules worse and then fitness. A record nothing compiled for ranks last; on a tie the
+    earlier iteration wins."""
     if record["fitness"] is None:
-        return (float("-inf"),)
-    earlier = -record["iteration"]
-    if max_worse is None:
-        return (0.0, record["fitness"], earlier)
-    if record["worse_share"] <= max_worse:
-        return (1.0, 0.0, record["fitness"], earlier)
-    return (0.0, -record["worse_share"], record["fitness"], earlier)
+        return (-1.0,)
+    if _within(record, max_worse):
+        return (1.0, 0.0, record["fitness"], -record["iteration"])
+    return (0.0, -record["worse_share"], record["fitness"], -record["iteration"])
 
 
 def record_line(record: dict[str, Any]) -> str:
@@ -196,9 +192,7 @@ __all__ = [
     "VALIDATION_FILE",
     "Validation",
     "bytes_saved",
-    "check_max_worse",
     "held_back",
-    "rank",
     "record_line",
     "to_tensorboard",
     "validation_modules",
