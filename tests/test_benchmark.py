@@ -126,14 +126,29 @@ def test_a_variant_entry_is_its_base_with_the_options_it_adds():
         assert (new.name, new.output, new.command) == (old.name, old.output, old.command + added)
 
 
+def test_a_variant_may_give_options_its_base_passes_a_new_value():
+    spec = load_spec()
+    base, wide = spec.entry("learned-capped-5"), spec.entry("learned-wide")
+    search, widened = base.steps[0], wide.steps[0]
+    assert [s.command for s in wide.steps[1:]] == [s.command for s in base.steps[1:]]
+    assert len(widened.command) == len(search.command)
+    changed = {(a, b) for a, b in zip(search.command, widened.command, strict=True) if a != b}
+    assert changed == {("240", "720"), ("12", "4")}
+    assert widened.command[widened.command.index("--sample") + 1] == "720"
+    assert widened.command[widened.command.index("--budget") + 1] == "4"
+
+
 @pytest.mark.parametrize(
     ("variant", "message"),
     [
         ({"variant_of": "nope"}, "no earlier entry"),
         ({"variant_of": "never", "add_options": {"x": ["-y"]}}, "names no step of never: x"),
         ({"add_options": {"x": ["-y"]}}, "add_options needs variant_of"),
+        ({"set_options": {"x": {"-y": "1"}}}, "set_options needs variant_of"),
+        ({"variant_of": "learned", "set_options": {"x": {"-y": "1"}}}, "set_options names no step of learned: x"),
+        ({"variant_of": "learned", "set_options": {"search": {"--sigma": "1"}}}, "search passes no --sigma VALUE"),
     ],
-    ids=["unknown-base", "unknown-step", "no-base"],
+    ids=["unknown-base", "unknown-step", "no-base", "set-no-base", "set-unknown-step", "set-unknown-option"],
 )
 def test_a_variant_that_names_nothing_real_is_refused(tmp_path, variant, message):
     data = tomllib.loads(spec_path(None).read_text())

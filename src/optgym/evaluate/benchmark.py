@@ -169,21 +169,39 @@ def _step(table: dict[str, Any], where: str) -> Step:
 
 def _variant(raw: dict[str, Any], earlier: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
     """An entry written as ``variant_of = "BASE"``: BASE's table (an earlier entry) with this one's keys over it,
-    and ``add_options = {STEP = [...]}`` appended to those steps' commands. A recipe that changes one option
-    of one step is then that option, not a second copy of every command that could drift from the first."""
+    ``set_options = {STEP = {OPTION = VALUE}}`` giving options those steps already pass a new value, and
+    ``add_options = {STEP = [...]}`` appended to their commands. A recipe that changes one option of one step is
+    then that option, not a second copy of every command that could drift from the first."""
+    edits = ("set_options", "add_options")
     if "variant_of" not in raw:
-        if "add_options" in raw:
-            raise BenchmarkError(f"{where}: add_options needs variant_of")
+        if given := [key for key in edits if key in raw]:
+            raise BenchmarkError(f"{where}: {given[0]} needs variant_of")
         return raw
     base = earlier.get(raw["variant_of"])
     if base is None:
         raise BenchmarkError(f"{where}: variant_of {raw['variant_of']!r} is no earlier entry")
+    names = {step["name"] for step in base.get("steps", [])}
+    for key in edits:
+        if unknown := set(raw.get(key, {})) - names:
+            raise BenchmarkError(f"{where}: {key} names no step of {raw['variant_of']}: {', '.join(sorted(unknown))}")
+    changed: dict[str, dict[str, str]] = raw.get("set_options", {})
     added: dict[str, list[str]] = raw.get("add_options", {})
-    steps = [{**step, "command": [*step["command"], *added.get(step["name"], ())]} for step in base.get("steps", [])]
-    if unknown := set(added) - {step["name"] for step in steps}:
-        raise BenchmarkError(f"{where}: add_options names no step of {raw['variant_of']}: {', '.join(sorted(unknown))}")
-    own = {k: v for k, v in raw.items() if k not in ("variant_of", "add_options")}
+    steps = [{**step, "command": [*_set(step["command"], changed.get(step["name"], {}), f"{where}: {step['name']}"),
+                                  *added.get(step["name"], ())]}
+             for step in base.get("steps", [])]  # fmt: skip
+    own = {k: v for k, v in raw.items() if k not in ("variant_of", *edits)}
     return {**base, **own, "steps": steps}
+
+
+def _set(command: list[str], values: dict[str, str], where: str) -> list[str]:
+    """``command`` with the value after each option in ``values`` replaced. An option the command does not pass
+    is refused: appending it instead would leave two values, and which one wins is the trainer's parser's call."""
+    command = list(command)
+    for option, value in values.items():
+        if option not in command or command.index(option) + 1 == len(command):
+            raise BenchmarkError(f"{where} passes no {option} VALUE to set (add_options adds one)")
+        command[command.index(option) + 1] = str(value)
+    return command
 
 
 def spec_path(spec: str | Path | None) -> Path:
