@@ -3,6 +3,7 @@ them, and the best snapshot, the warm start included, is the run's final policy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -108,6 +109,14 @@ def test_a_cap_that_is_no_share_is_refused(corpus_dir):
                                   timeout=60.0, fitness=bytes_saved, max_worse=2)  # fmt: skip
 
 
+def test_a_cap_without_validation_packages_is_refused_not_ignored(corpus_dir):
+    with pytest.raises(RunError, match="needs validation packages"):
+        Validation.held_back_from(Corpus(corpus_dir), ["tree.c.o"], [], 0.0, problem="inline-size", workers=1,
+                                  timeout=60.0, fitness=bytes_saved, max_worse=0.05)  # fmt: skip
+    assert Validation.held_back_from(Corpus(corpus_dir), ["tree.c.o"], [], 0.0, problem="inline-size", workers=1,
+                                     timeout=60.0, fitness=bytes_saved) is None  # fmt: skip
+
+
 def test_bytes_saved_counts_the_total():
     outcomes = [{"heuristic_text_bytes": 1000, "text_bytes": 900}, {"heuristic_text_bytes": 100, "text_bytes": 150}]
     assert bytes_saved(outcomes) == pytest.approx(50 / 1100)
@@ -119,4 +128,8 @@ def test_a_validation_that_takes_every_training_module_is_refused_before_the_run
                     allowance=["at_most:callee_users:2"], language="C++", validation_groups=["zoo"])  # fmt: skip
     with pytest.raises(RunError, match="nothing is left to train on"):
         train_sb3(cfg, say=lambda s: None)
+    assert not (tmp_path / "ppo").exists()
+    uncapped = dataclasses.replace(cfg, validation_groups=[], validation_max_worse=0.05)
+    with pytest.raises(RunError, match="needs validation packages"):
+        train_sb3(uncapped, say=lambda s: None)
     assert not (tmp_path / "ppo").exists()

@@ -105,6 +105,9 @@ class Validation:
         :func:`held_back`, or ``None`` when the run holds nothing back."""
         check_share("--validation-max-worse", max_worse, "the validation modules")
         held = held_back(side.root, training, groups, percent)
+        if max_worse is not None and not held:
+            raise RunError("--validation-max-worse chooses among validated snapshots: it needs validation packages "
+                           "(--validation-groups or --validation-percent)")  # fmt: skip
         return cls(side, held, problem, workers, timeout, fitness, list(companions), max_worse) if held else None
 
     def snapshot(self, snapshot: Path) -> dict[str, Any]:
