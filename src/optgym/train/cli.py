@@ -533,6 +533,9 @@ def pattern_command(
     max_worse: Annotated[
         float, typer.Option(help="largest share of the sample's modules a kept move may leave > 1 % worse")
     ] = 0.02,
+    halves: Annotated[
+        bool, typer.Option(help="keep a move only if neither half of the sample (split by package) grows")
+    ] = False,
     sweeps: Annotated[
         int | None, typer.Option(help="sweeps over the coordinates (default 8; with --resume: a new total)")
     ] = None,
@@ -558,7 +561,7 @@ def pattern_command(
         cfg = PatternConfig(corpus=str(corpus), output=str(output), split=split, language=language,
                             sample=sample or None, hold_out_every=hold_out_every, gates=_allowance_gates(allowance),
                             warmstart=str(warmstart) if warmstart else None,
-                            step=step, min_step=min_step, max_worse=max_worse, sweeps=sweeps or 8,
+                            step=step, min_step=min_step, max_worse=max_worse, halves=halves, sweeps=sweeps or 8,
                             max_compiles=max_compiles, workers=workers, seed=seed, timeout=timeout,
                             final_eval=final_eval)  # fmt: skip
         train_pattern(cfg, say=console.print)
