@@ -26,6 +26,7 @@ from optgym.train.pattern import (
     improves,
     inline_logit,
     replays,
+    sample_halves,
     sweep_order,
     train_pattern,
     training_sample,
@@ -146,6 +147,26 @@ def test_a_start_past_the_cap_keeps_its_own_count_as_the_cap():
     assert improves(Measured(1000, 1100, 4, 0, 0), past, cap=2), "at equal bytes, fewer regressions is progress"
     assert not improves(Measured(1050, 1100, 4, 0, 0), past, cap=2), "fewer regressions must not cost bytes"
     assert not improves(Measured(500, 1100, 6, 0, 0), past, cap=2)
+
+
+def test_with_halves_a_move_that_grows_either_half_is_not_kept():
+    current = Measured(1000, 1100, 0, 0, 0, halves=(600, 400))
+    assert improves(Measured(990, 1100, 0, 0, 0, halves=(590, 400)), current, cap=0, halves=True)
+    assert improves(Measured(950, 1100, 0, 0, 0, halves=(540, 410)), current, cap=0), "without halves: the total"
+    assert not improves(Measured(950, 1100, 0, 0, 0, halves=(540, 410)), current, cap=0, halves=True)
+    assert not improves(Measured(1000, 1100, 0, 0, 0, halves=(600, 400)), current, cap=0, halves=True)
+
+
+def test_the_sample_is_halved_by_whole_packages_in_a_seeded_balanced_order():
+    names = [f"p{k}/m{j}.o" for k in range(9) for j in range(k + 1)]
+    halves = sample_halves(names, seed=3)
+    assert set(halves) == set(names) and set(halves.values()) == {0, 1}
+    for k in range(9):
+        assert len({halves[f"p{k}/m{j}.o"] for j in range(k + 1)}) == 1, "a package is never split"
+    sizes = [sum(1 for h in halves.values() if h == side) for side in (0, 1)]
+    assert abs(sizes[0] - sizes[1]) <= 9, sizes
+    assert sample_halves(names, seed=3) == halves
+    assert any(sample_halves(names, seed=s) != halves for s in range(4, 10))
 
 
 def test_a_warm_starts_untried_coordinates_come_first_in_its_first_sweep():
