@@ -248,8 +248,8 @@ class Sample:
 
 def sample_halves(names: Sequence[str], seed: int) -> dict[str, int]:
     """Each sampled module's half (0 or 1), whole packages to a half: the packages in a seeded order, each to the
-    half with fewer modules so far. Two halves that share no package stand for two sets of code the move was not
-    fitted to each other on."""
+    half with fewer modules so far. Halves that share no package ask a move's saving to hold on two separate
+    bodies of code."""
     packages: dict[str, list[str]] = {}
     for name in names:
         packages.setdefault(group_of(name, "package"), []).append(name)
@@ -279,8 +279,8 @@ def improves(candidate: Measured, current: Measured, cap: int, halves: bool = Fa
 
     With ``halves``, a move must also leave neither half of the sample larger. A sample total is dominated by its
     largest modules, and a move that pays on a few of them can cost everywhere else: on one seed, one step of the
-    ≥ 256-function gate took the sample from 0.979 to 0.943 of clang's bytes and the gate sample from 0.956 to
-    0.979 (docs/experiments/2026-11-28-wide-search.md). Halves by package ask the saving to hold on code apart."""
+    ≥ 256-function gate took the sample from 0.979 to 0.943 of clang's bytes, and the search ended at 0.979 on the
+    gate sample, where its start gave 0.956 (docs/experiments/2026-11-28-wide-search.md)."""
     if candidate.worse > max(cap, current.worse):
         return False
     if halves and any(c > k for c, k in zip(candidate.halves, current.halves, strict=True)):
