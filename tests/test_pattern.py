@@ -98,6 +98,25 @@ def test_a_search_keeps_only_smaller_moves_and_its_figure_is_a_real_compiles(cor
     assert ours / clangs == pytest.approx(results["sample_ratio"], abs=0)
 
 
+def test_with_halves_the_searched_policy_leaves_neither_half_larger_on_real_compiles(corpus_dir, tmp_path):
+    """``--halves`` end to end on real compiles: the run records it (a resume keeps it), and from clang's decisions
+    (every weight 0) the final policy, compiled afresh by ``optgym evaluate``, is no larger than clang on either
+    half. This corpus offers no move that would grow a half: the refusal is tested on its own
+    (test_with_halves_a_move_that_grows_either_half_is_not_kept)."""
+    run = tmp_path / "pattern"
+    results = train_pattern(_config(corpus_dir, run, sweeps=2, step=0.5, min_step=0.125, halves=True),
+                            say=lambda s: None)  # fmt: skip
+    assert config_from_run(run).halves is True
+    report = evaluate(str(run / "final" / "policy"), corpus_dir, workers=1, progress=False)
+    half = sample_halves([m.name for m in Corpus(corpus_dir)], seed=0)
+    assert set(half.values()) == {0, 1}, "a corpus in one half tests nothing"
+    for side in (0, 1):
+        rows = [r for r in report if half[r.module] == side]
+        assert sum(r.texts[1] for r in rows) <= sum(r.texts[0] for r in rows), side
+    ours, clangs = sum(r.texts[1] for r in report), sum(r.texts[0] for r in report)
+    assert ours / clangs == pytest.approx(results["sample_ratio"], abs=0)
+
+
 def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path):
     run = tmp_path / "pattern"
     train_pattern(_config(corpus_dir, run, sweeps=1), say=lambda s: None)
