@@ -2,14 +2,18 @@
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
     .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--size-passes] [--combine K] [--default N]
-        [--size 7] [--allocator shipped|clang] [--sample-every 7] [-j 2]
+        [--size 7] [--allocator shipped|clang] [--scorers DIR] [--sample-every 7] [-j 2]
     .venv/bin/python -m maintainer.portfolio measure CORPUS [--split test] [--portfolio FILE] [--record]
         [--allocator shipped|clang] [-j 2]
 
 The shipped portfolio: ``choose corpora/train -o OUT --wide --combine 4 --default 2 --size 10 -j 2``. A target with
 no scorers of its own (AArch64's, Cortex-M4's: ``--allocator clang --sample-every 1 --wide --size-passes``) chooses
 among pass options with clang's allocator; its candidates then name no policy (a build of that target serves none),
-and its file goes into the target's directory of ``pretrained/`` (docs/targets.md).
+and its file goes into the target's directory of ``pretrained/`` (docs/targets.md). A target whose scorers were
+trained on its own code (``optgym train es --problem regalloc-evict`` on its corpus) names them with ``--scorers
+DIR`` (``DIR/regalloc-evict`` and ``DIR/regalloc-priority``, any policy optgym loads): they take the shipped pair's
+place in every entry and are perturbed like it, and the file names them under ``portfolio-c/``, so a build of that
+target serves them inside its C compiles only.
 
 Why: every channel of an unmodified clang-22 is nearly spent for C by the shipped allocator scorers, but
 which of a few nearby ways compiles a given object smallest is per-object luck a build can buy with
@@ -46,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from optgym.corpus import Corpus
-from optgym.policies import pretrained_path
+from optgym.policies import pretrained_path, resolve_policy
 from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
 from optgym.policies.portfolio import FORMAT, PASS_OPTIONS, PRETRAINED_PORTFOLIO, Candidate, load_portfolio
@@ -109,10 +113,11 @@ VARIANTS = 8
 SHORTLIST, MIN_GAIN = 8, 0.0010
 
 
-def perturbed(problem: str, directory: Path) -> list[Path]:
-    """Eight seeded perturbations of the shipped scorer for ``problem``, saved under ``directory``."""
+def perturbed(problem: str, directory: Path, base: str = "pretrained") -> list[Path]:
+    """Eight seeded perturbations of the scorer ``base`` for ``problem`` (the shipped one by default), saved under
+    ``directory``."""
     seed, sigma, relative = PERTURBATIONS[problem]
-    shipped = load_embedded(pretrained_path(problem))
+    shipped = load_scorer(problem, base)
     assert isinstance(shipped, CandidateScorer)
     rng = np.random.default_rng(seed)
     paths = []
@@ -134,22 +139,48 @@ ALLOCATORS = {
 }
 
 
+def load_scorer(problem: str, spec: str) -> CandidateScorer:
+    """The candidate scorer ``spec`` names for ``problem``: ``pretrained``, a training run's policy or an ONNX file."""
+    scorer = load_embedded(pretrained_path(problem)) if spec == "pretrained" else None
+    if scorer is None:
+        scorer = resolve_policy(str(Path(spec).resolve()), problem).build()
+    if not isinstance(scorer, CandidateScorer):
+        sys.exit(f"{spec} is not a {problem} candidate scorer")
+    return scorer
+
+
+def target_scorers(directory: Path) -> dict[str, str]:
+    """``--scorers DIR``: the scorer pair trained for a target, ``DIR/regalloc-evict`` and ``DIR/regalloc-priority``
+    (policy directories, as ``optgym train es`` writes them: the file exports each under ``portfolio-c/``)."""
+    pair = {}
+    for problem in PERTURBATIONS:
+        if not (directory / problem).is_dir():
+            sys.exit(f"--scorers {directory}: no policy directory {problem} in it")
+        pair[problem] = str((directory / problem).absolute())  # its name names the exported file
+    return pair
+
+
 def pool(
-    directory: Path, wide: bool = False, allocator: str = "shipped", size_passes: bool = False
+    directory: Path,
+    wide: bool = False,
+    allocator: str = "shipped",
+    size_passes: bool = False,
+    scorers: dict[str, str] | None = None,
 ) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
     """Every entry: name → (policies by problem, extra clang flags). With clang's allocator the first entry is
-    clang's own compile, and no scorer is perturbed."""
-    policies, prefix = ALLOCATORS[allocator]
+    clang's own compile, and no scorer is perturbed. ``scorers`` (:func:`target_scorers`) replace the shipped
+    pair."""
+    policies, prefix = (scorers, "target scorers") if scorers else ALLOCATORS[allocator]
     entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {prefix: (policies, ())}
     options = {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {}), **(SIZE_PASSES if size_passes else {})}
     for name, flags in options.items():
         entries[f"{prefix}, {name}"] = (policies, flags)
-    if allocator != "shipped":
+    if allocator != "shipped" and not scorers:
         return entries
     for problem in PERTURBATIONS:
         short = problem.removeprefix("regalloc-")
-        for i, path in enumerate(perturbed(problem, directory)):
-            entries[f"{short} scorer {short[0]}{i}"] = ({**SHIPPED, problem: str(path)}, ())
+        for i, path in enumerate(perturbed(problem, directory, policies[problem])):
+            entries[f"{short} scorer {short[0]}{i}"] = ({**policies, problem: str(path)}, ())
     return entries
 
 
@@ -210,7 +241,8 @@ def choose(args: argparse.Namespace) -> int:
     if not sample:
         sys.exit(f"{args.corpus} has no C training modules")
     out = args.output
-    entries = pool(out / "pool", args.wide, args.allocator, args.size_passes)
+    scorers = target_scorers(args.scorers) if args.scorers else None
+    entries = pool(out / "pool", args.wide, args.allocator, args.size_passes, scorers)
     table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
     ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
     clang = {m: table[next(iter(entries))][m].heuristic_text for m in ok}
@@ -220,7 +252,7 @@ def choose(args: argparse.Namespace) -> int:
         return sum(min([clang[m], *(table[name][m].policy_text for name in chosen)]) for m in ok)
 
     first = min(entries, key=lambda name: sum(table[name][m].policy_text for m in ok))
-    if first == next(iter(entries)) and args.allocator != "shipped":
+    if first == next(iter(entries)) and args.allocator != "shipped" and not scorers:
         sys.exit("no pass option compiles the training sample smaller than clang: nothing to choose")
     combined: list[dict] = []
     if args.combine:
@@ -344,6 +376,9 @@ def main() -> int:
     c.add_argument("--allocator", choices=sorted(ALLOCATORS), default="shipped",
                    help="the allocator's policies of every entry: the shipped scorers, or clang's own (a target "
                    "with no scorers)")  # fmt: skip
+    c.add_argument("--scorers", type=Path, default=None, metavar="DIR",
+                   help="a target's own trained scorer pair (DIR/regalloc-evict, DIR/regalloc-priority) in place "
+                   "of the shipped one; the file names them under portfolio-c/")  # fmt: skip
     c.add_argument("--sample-every", type=int, default=7, metavar="K",
                    help="the training sample: every K-th C module (1: all, for a small corpus)")  # fmt: skip
     c.add_argument("-j", "--workers", type=int, default=None)

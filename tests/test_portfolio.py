@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from maintainer import portfolio as portfolio_tool
 from optgym.cli import app
-from optgym.policies import DEFAULT_GUARD_BELOW, PRETRAINED_DIR
+from optgym.policies import DEFAULT_GUARD_BELOW, PRETRAINED_DIR, pretrained_path
 from optgym.policies.portfolio import (
     BUILTIN_SPECS,
     PASS_OPTIONS,
@@ -92,6 +92,21 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
         portfolio.first(0)
     shipped = {Path(spec) for c in portfolio.candidates for _, spec in c.policies if spec not in BUILTIN_SPECS}
     assert shipped and all(p.is_file() and p.parent.parent == PRETRAINED_DIR for p in shipped)
+
+
+def test_a_portfolio_applies_to_a_build_that_leaves_its_problems_at_the_default(tmp_path):
+    """A build takes the portfolio where every problem its first candidate decides is the shipped policy's or not
+    named at all (a target's build names only what the target ships: its portfolio brings its own scorers), and not
+    where the build chose another policy for one of them."""
+    scorer = tmp_path / "evict.onnx"
+    scorer.write_bytes(pretrained_path("regalloc-evict").read_bytes())
+    candidates = [{"name": "scorers", "policies": {"regalloc-evict": str(scorer)}}, {"name": "clang"}]
+    data = {"format": "optgym-portfolio/1", "family": "C", "candidates": candidates}
+    portfolio = load_portfolio(write(tmp_path / "p.json", data))
+    assert portfolio.applies_to([("inline-size", "heuristic")])
+    assert portfolio.applies_to([("inline-size", "pretrained"), ("regalloc-evict", "pretrained")])
+    assert not portfolio.applies_to([("inline-size", "heuristic"), ("regalloc-evict", "heuristic")])
+    assert not portfolio.applies_to([("regalloc-evict", str(scorer))])
 
 
 @pytest.mark.parametrize(

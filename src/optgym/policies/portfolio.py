@@ -126,9 +126,11 @@ class Portfolio:
         """Whether a build whose policies are ``build`` compiles with this portfolio: it leaves every problem the
         first candidate names at its default, the shipped policy (a build that chose its own, or clang's,
         allocator gets what it chose). The candidate's own policy for such a problem may be another, clang's
-        ``heuristic`` too: a default build is what the portfolio says it is."""
+        ``heuristic`` too: a default build is what the portfolio says it is. A problem the build does not name is
+        at its default as well: a target's build names only what the target ships, and the target's portfolio
+        brings its own allocator scorers (``pretrained/thumbv7em/portfolio-c/``)."""
         chosen = dict(build)
-        return all(chosen.get(problem) == "pretrained" for problem, _ in self.candidates[0].policies)
+        return all(chosen.get(problem, "pretrained") == "pretrained" for problem, _ in self.candidates[0].policies)
 
     def first(self, count: int) -> tuple[Candidate, ...]:
         """The first ``count`` candidates (all of them when ``count`` exceeds the portfolio)."""
