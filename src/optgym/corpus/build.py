@@ -39,7 +39,7 @@ from typing import Any
 
 from optgym.corpus.extract import ExtractReport, extract
 from optgym.corpus.staging import LOGS_DIR, WORK_DIR, recover
-from optgym.corpus.target import Target
+from optgym.corpus.target import Target, bare_metal_runtime
 from optgym.errors import CorpusError
 from optgym.toolchain.llvm import Toolchain
 
@@ -143,21 +143,30 @@ def write_compiler_wrappers(
     opt: str,
     tail_flags: Sequence[str] = (*EMBED, *NO_LTO),
     link_flags: Sequence[str] = (),
+    program_link_flags: Sequence[str] = (),
 ) -> tuple[str, str]:
     """``bin_dir/embed-cc`` and ``embed-c++``: clang with the caller's arguments, then ``opt`` and ``tail_flags``
     (the embedding flags and ``-fno-lto``) — so they win over whatever a build's own flags say (see the module
     doc). ``link_flags`` (a cross target's ``-fuse-ld=lld``) go to links only: in a compile clang would warn that
-    they are unused, and CMake's flag checks take that warning for a refused flag."""
+    they are unused, and CMake's flag checks take that warning for a refused flag. ``program_link_flags`` (a
+    bare-metal target's C runtime and linker script) go, after them, to links of programs only: not to
+    ``-shared`` or ``-r`` links."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     tail = shlex.join([opt, *tail_flags])
     paths = []
     for name, compiler in zip(WRAPPER_NAMES, map(shlex.quote, (cc, cxx)), strict=True):
         path = bin_dir / name
         text = f'#!/bin/sh\n# optgym corpus build: the requested flags last win\nexec {compiler} "$@" {tail}\n'
-        if link_flags:
+        if link_flags or program_link_flags:
+            link = shlex.join(link_flags)
             text = (f'#!/bin/sh\n# optgym corpus build: the requested flags last win; a link also gets the target\'s\n'
                     f'case " $* " in *" -c "*|*" -E "*|*" -S "*|*" -M "*|*" -MM "*) exec {compiler} "$@" {tail} ;; '
-                    f'esac\nexec {compiler} "$@" {tail} {shlex.join(link_flags)}\n')  # fmt: skip
+                    'esac\n')  # fmt: skip
+            if program_link_flags:
+                text += (f'case " $* " in *" -shared "*|*" -r "*) exec {compiler} "$@" {tail} {link} ;; esac\n'
+                         f'exec {compiler} "$@" {tail} {link} {shlex.join(program_link_flags)}\n')  # fmt: skip
+            else:
+                text += f'exec {compiler} "$@" {tail} {link}\n'
         if not path.exists() or path.read_text() != text:  # unchanged: make sees no new compiler
             path.write_text(text)
             path.chmod(0o755)
@@ -186,6 +195,8 @@ class _Env:
     env: dict[str, str]
     configure_args: Sequence[str]
     target: Target | None = None
+    #: The wrappers give a bare-metal target's program links their runtime (:attr:`Target.program_link_flags`).
+    links_programs: bool = False
 
 
 def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, Path, int]:
@@ -205,7 +216,8 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
             # a project that defaults to Release would otherwise append -O3 after our level
             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_C_FLAGS_RELEASE=-DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG",
             "-DBUILD_TESTING=OFF", f"-DCMAKE_AR={e.env['AR']}", f"-DCMAKE_RANLIB={e.env['RANLIB']}",
-            *(e.target.cmake_args() + e.target.cmake_project_include(e.work) if e.target else ()),
+            *(e.target.cmake_args(links_programs=e.links_programs) + e.target.cmake_project_include(e.work)
+              if e.target else ()),
             *e.configure_args,
         ], build, e.env, e.logs)  # fmt: skip
         keep_going = ["--", "-k", "0"] if (build / "build.ninja").exists() else ["--", "-k"]
@@ -300,8 +312,9 @@ def run_build(
     next one when a configure step fails — Debian's repacked sources sometimes drop files that one of them
     needs. The failed attempt's logs stay in ``logs/<system>-failed/``.
 
-    ``target``: compile for another target (see :mod:`optgym.corpus.target`); a bare-metal target's links fail
-    by nature, and its objects are what the build gives.
+    ``target``: compile for another target (see :mod:`optgym.corpus.target`); a bare-metal target's programs link
+    against picolibc when it has the target's multilib (:func:`optgym.corpus.target.bare_metal_runtime`), else
+    its links fail and its objects are what the build gives.
     """
     src, dest = Path(src).absolute(), Path(dest).absolute()
     if not src.is_dir():
@@ -329,9 +342,12 @@ def run_build(
                                       "OPTGYM_LTO_POLICY", "OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"),
                                      "heuristic")  # fmt: skip
     link: Sequence[str] = ()
+    program_link: Sequence[str] = ()
     if target is not None:
         tail, link = (*target.compile_flags, *tail), target.link_flags
-    cc, cxx = write_compiler_wrappers(*compilers, tail, link)
+        if thinlto_capture is None:  # a ThinLTO capture build is this machine's only
+            program_link = target.program_link_flags
+    cc, cxx = write_compiler_wrappers(*compilers, tail, link, program_link)
     e = _Env(
         src=src,
         work=dest / WORK_DIR,
@@ -355,6 +371,7 @@ def run_build(
         },
         configure_args=configure_args,
         target=target,
+        links_programs=bool(program_link),
     )
     notes: list[str] = []
     start = time.perf_counter()
@@ -371,7 +388,7 @@ def run_build(
             for log in logs.glob("*.log"):
                 os.replace(log, failed / log.name)
             shutil.rmtree(e.work, ignore_errors=True)
-            write_compiler_wrappers(*compilers, tail, link)  # they lived in the work dir too
+            write_compiler_wrappers(*compilers, tail, link, program_link)  # they lived in the work dir too
             notes.append(f"{system} {err.step} failed (logs in {failed}); used {systems[i + 1]}")
     return FinishedBuild(system, build, compdb, time.perf_counter() - start, returncode, notes)
 
@@ -400,8 +417,12 @@ def build_tree(
     done = run_build(toolchain, src, dest, opt=opt, workers=workers, build_system=build_system,
                      configure_args=configure_args, logs=logs, target=target)  # fmt: skip
     if target is not None and target.bare_metal:
-        done.notes.append(f"{target.triple} has no OS: the build's links fail without a linker script; its objects "
-                          "are the corpus")  # fmt: skip
+        if runtime := bare_metal_runtime(target):
+            done.notes.append(f"{target.triple} has no OS: its programs link against picolibc ({runtime.multilib}) "
+                              f"with optgym's generic linker script {runtime.script.name}")  # fmt: skip
+        else:
+            done.notes.append(f"{target.triple} has no OS: the build's links fail without a linker script; its "
+                              "objects are the corpus")  # fmt: skip
     build_log = logs / "build.log"
     if done.returncode != 0:
         if strict or not done.compdb.exists():

@@ -9,9 +9,9 @@ cross-compiles, so it neither runs what it builds nor looks for this machine's l
 
 * CMake: ``CMAKE_SYSTEM_NAME`` (``Linux``, else ``Generic``), ``CMAKE_SYSTEM_PROCESSOR``,
   ``CMAKE_<LANG>_COMPILER_TARGET``, and Debian's cross root ``/usr/TRIPLE`` as the only place for libraries
-  and packages when it exists; a bare-metal target (no OS: ``thumbv7em-none-eabi``) cannot link an executable
-  without a linker script, so CMake's compiler checks build a static library
-  (``CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY``) and the build's own links fail, leaving the objects
+  and packages when it exists; a bare-metal target (no OS: ``thumbv7em-none-eabi``) without a runtime to link
+  against (:func:`bare_metal_runtime`) cannot link an executable, so CMake's compiler checks build a static
+  library (``CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY``) and the build's own links fail, leaving the objects
   (shared libraries stay apart from static ones: :meth:`Target.cmake_project_include`);
   a Linux target's tests run under qemu-user (``CMAKE_CROSSCOMPILING_EMULATOR``, :meth:`Target.emulator`);
 * Meson: a cross file (``[host_machine]``, the wrappers as ``c``/``cpp``, LLVM's ``ar``, qemu-user as
@@ -19,14 +19,23 @@ cross-compiles, so it neither runs what it builds nor looks for this machine's l
 * GNU autoconf: ``--host=TRIPLE`` (``thumb…`` spelled ``arm…``: config.sub knows no ``thumbv7em``);
 * plain Make: nothing more than the wrappers.
 
+A bare-metal Cortex-M target links its programs when Debian's picolibc has the multilib for its flags
+(:func:`bare_metal_runtime`): each link of a program gets picolibc's ``crt0.o``, ``libc.a`` and semihosting,
+the multilib's ``libgcc.a`` and optgym's generic Cortex-M linker script (``baremetal/cortex-m.ld``), so a
+configure script's compiler check passes and its function checks link against a real C library. The programs
+are not meant to run on any chip.
+
 The module's ``-cc1`` command records the target clang compiled for (``-triple``): :func:`module_triple`.
 """
 
 from __future__ import annotations
 
+import functools
 import platform
+import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +44,14 @@ from pathlib import Path
 CROSS_ROOT = Path("/usr")
 #: qemu-user's name for an architecture, where it is not the triple's own (``qemu-user``: ``qemu-aarch64`` …).
 QEMU_ARCH = {"arm64": "aarch64", "i486": "i386", "i586": "i386", "i686": "i386", "amd64": "x86_64"}
+#: Debian's picolibc for ARM (``picolibc-arm-none-eabi``): ``lib/MULTILIB/{crt0.o,libc.a,libsemihost.a}``.
+PICOLIBC_ARM = Path("/usr/lib/picolibc/arm-none-eabi")
+#: optgym's lld-compatible linker script for any Cortex-M (picolibc's own ``picolibc.ld`` is GNU ld only).
+CORTEX_M_SCRIPT = Path(__file__).resolve().parent / "baremetal" / "cortex-m.ld"
+#: The GNU ARM compiler that picolibc's multilibs follow: it names a flag set's multilib and its ``libgcc.a``.
+ARM_GCC = "arm-none-eabi-gcc"
+#: The flags that choose an ARM multilib (the rest of a target's flags are the compile's business).
+MULTILIB_FLAG_PREFIXES = ("-mcpu=", "-march=", "-mfpu=", "-mfloat-abi=")
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,13 @@ class Target:
         return ("-fuse-ld=lld",)
 
     @property
+    def program_link_flags(self) -> tuple[str, ...]:
+        """What a link of a program (not ``-shared``, not ``-r``) gets beside :attr:`link_flags`: a bare-metal
+        target's C runtime and linker script when there is one for it (:func:`bare_metal_runtime`), else nothing."""
+        runtime = bare_metal_runtime(self)
+        return runtime.link_flags if runtime else ()
+
+    @property
     def cross_root(self) -> Path | None:
         """Debian's cross root of the target's libraries, when installed."""
         root = CROSS_ROOT / self.triple
@@ -109,15 +133,17 @@ class Target:
 
     # -- build systems ---------------------------------------------------------------------
 
-    def cmake_args(self) -> list[str]:
-        """CMake's cross-compilation settings for the target (see the module doc)."""
+    def cmake_args(self, *, links_programs: bool = False) -> list[str]:
+        """CMake's cross-compilation settings for the target (see the module doc). ``links_programs``: the build's
+        compiler gives a bare-metal target's links their runtime (:attr:`program_link_flags`, as the corpus build's
+        wrappers do), so CMake's compiler checks may link programs too."""
         args = [
             f"-DCMAKE_SYSTEM_NAME={'Linux' if self.linux else 'Generic'}",
             f"-DCMAKE_SYSTEM_PROCESSOR={self.arch}",
             f"-DCMAKE_C_COMPILER_TARGET={self.triple}",
             f"-DCMAKE_CXX_COMPILER_TARGET={self.triple}",
         ]
-        if self.bare_metal:
+        if self.bare_metal and not (links_programs and self.program_link_flags):
             args.append("-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY")
         if root := self.cross_root:
             args += [
@@ -175,6 +201,79 @@ class Target:
             "endian = 'little'\n"
         )
         return path
+
+
+@dataclass(frozen=True)
+class BareMetalRuntime:
+    """What a bare-metal program links against: picolibc's start file and libraries for one multilib, that
+    multilib's ``libgcc.a`` (64-bit division, soft float…) and a linker script."""
+
+    multilib: str
+    libdir: Path
+    libgcc: Path
+    script: Path = CORTEX_M_SCRIPT
+
+    @property
+    def link_flags(self) -> tuple[str, ...]:
+        """The link's flags: nothing of clang's own bare-metal runtime (``-nostdlib``: it has none installed),
+        picolibc's ``crt0.o``, ``libc`` and its semihosting I/O, ``libgcc``, and the script. ``-z norelro``: the
+        TLS template in RAM cannot sit next to the read-only data in flash, and relro means nothing without an OS."""
+        return ("-nostdlib", "-Wl,-z,norelro", "-T", str(self.script), str(self.libdir / "crt0.o"),
+                f"-L{self.libdir}", "-lc", "-lsemihost", str(self.libgcc))  # fmt: skip
+
+
+def arm_march(arch: str) -> str | None:
+    """GCC's ``-march=`` for a triple's ARM architecture (``thumbv7em`` → ``armv7e-m``, ``thumbv8m.main`` →
+    ``armv8-m.main``), ``None`` for anything else."""
+    m = re.fullmatch(r"(?:arm|thumb)v(\d+(?:\.\d+)?)(e?)([amr]?)((?:\.\w+)?)(?:eb)?", arch)
+    if m is None:
+        return None
+    version, e, profile, rest = m.groups()
+    return f"armv{version}{e}-{profile}{rest}" if profile else f"armv{version}{e}{rest}"
+
+
+def multilib_args(target: Target) -> list[str]:
+    """The target's multilib-choosing flags, as GCC spells them: its ``-mcpu``/``-march``/``-mfpu``/
+    ``-mfloat-abi``/``-mthumb``/``-marm``, with the triple's architecture when no CPU or architecture is named
+    and a hard-float ABI for an ``…eabihf`` triple (clang's defaults, which GCC does not infer)."""
+    args = [f for f in target.flags if f.startswith(MULTILIB_FLAG_PREFIXES) or f in ("-mthumb", "-marm")]
+    if not any(a.startswith(("-mcpu=", "-march=")) for a in args) and (march := arm_march(target.arch)):
+        args.append(f"-march={march}")
+    if target.arch.startswith("thumb") and "-marm" not in args and "-mthumb" not in args:
+        args.append("-mthumb")
+    if target.triple.endswith("eabihf") and not any(a.startswith("-mfloat-abi=") for a in args):
+        args.append("-mfloat-abi=hard")
+    return args
+
+
+@functools.cache
+def bare_metal_runtime(target: Target, picolibc: Path = PICOLIBC_ARM) -> BareMetalRuntime | None:
+    """The runtime a bare-metal ARM M-profile target's programs link against, or ``None`` (not bare metal, not a
+    Cortex-M, no ``arm-none-eabi-gcc``, or no picolibc multilib for the flags).
+
+    The multilib is the one GCC picks for the target's flags (``-print-multi-directory``; clang-22's own answer is
+    ``.``: it has no multilib layout for picolibc): ``thumb/v7e-m/nofp`` for ``-mcpu=cortex-m4 -mthumb``,
+    ``thumb/v7e-m+fp/hard`` with ``-mfloat-abi=hard``. The script is a Cortex-M's (vector table at 0), so only
+    M-profile multilibs (``v6-m``, ``v7-m``, ``v7e-m``, ``v8-m.*``, ``v8.1-m.*``) qualify."""
+    if not target.bare_metal or not target.arch.startswith(("arm", "thumb")):
+        return None
+    gcc = shutil.which(ARM_GCC)
+    if gcc is None:
+        return None
+    args = multilib_args(target)
+    answers = []
+    for query in ("-print-multi-directory", "-print-libgcc-file-name"):
+        proc = subprocess.run([gcc, *args, query], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            return None
+        answers.append(proc.stdout.strip())
+    multilib, libgcc = answers[0], Path(answers[1])
+    libdir = picolibc / "lib" / multilib
+    if not re.search(r"v\d+(\.\d+)?e?-m", multilib) or not (libdir / "crt0.o").is_file():
+        return None
+    if not (libdir / "libc.a").is_file() or not libgcc.is_absolute() or not libgcc.is_file():
+        return None
+    return BareMetalRuntime(multilib, libdir, libgcc)
 
 
 def module_triple(cc1_args: Sequence[str]) -> str | None:

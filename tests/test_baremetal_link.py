@@ -1,0 +1,210 @@
+"""Bare-metal programs link: a Cortex-M corpus build's links get picolibc, libgcc and optgym's linker script.
+
+Real clang-22, ld.lld, picolibc and arm-none-eabi-gcc's multilib answers (Debian's ``picolibc-arm-none-eabi``,
+which ``make setup`` installs, brings ``gcc-arm-none-eabi``); no fakes. Each case takes a second or two.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from optgym.corpus.build import EMBED, NO_LTO, build_tree, write_compiler_wrappers
+from optgym.corpus.info import corpus_info
+from optgym.corpus.target import (
+    CORTEX_M_SCRIPT,
+    PICOLIBC_ARM,
+    Target,
+    arm_march,
+    bare_metal_runtime,
+    multilib_args,
+)
+
+PICOLIBC_INCLUDE = PICOLIBC_ARM / "include"
+CORTEX_M4 = Target("thumbv7em-none-eabi", ("-mcpu=cortex-m4", "-mthumb", "-isystem", str(PICOLIBC_INCLUDE)))
+EM_ARM = 40
+
+needs_picolibc = pytest.mark.skipif(
+    not (PICOLIBC_ARM / "lib").is_dir() or shutil.which("arm-none-eabi-gcc") is None,
+    reason="picolibc-arm-none-eabi (and its gcc-arm-none-eabi) are installed by `make setup`",
+)
+
+#: printf, malloc, memcpy, 64-bit division (libgcc's __aeabi_uldivmod), thread-local and zeroed data.
+PROGRAM = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+_Thread_local int tls_counter = 5;
+static int zeroed[16];
+int main(int argc, char **argv) {
+  char *p = malloc(64);
+  if (!p) return 1;
+  memcpy(p, argc > 0 ? argv[0] : "none", 5);
+  p[5] = 0;
+  uint64_t big = (uint64_t)argc << 40, by = (uint64_t)zeroed[argc & 15] + 3;
+  printf("%s %llu %d\n", p, (unsigned long long)(big / by), tls_counter++);
+  free(p);
+  return (int)(big % by);
+}
+"""
+
+
+def _symbols(toolchain, elf: Path) -> dict[str, int]:
+    nm = subprocess.run([str(toolchain.tool("llvm-nm")), str(elf)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1]: int(line.split()[0], 16) for line in nm.splitlines() if len(line.split()) == 3}
+
+
+def _elf_machine(path: Path) -> int:
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", path
+    return struct.unpack_from("<H", head, 18)[0]
+
+
+@needs_picolibc
+@pytest.mark.parametrize(
+    ("triple", "flags", "multilib"),
+    [
+        ("thumbv7em-none-eabi", ("-mcpu=cortex-m4", "-mthumb"), "thumb/v7e-m/nofp"),
+        ("thumbv7em-none-eabi", ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
+         "thumb/v7e-m+fp/hard"),
+        ("thumbv7em-none-eabihf", ("-mcpu=cortex-m4",), "thumb/v7e-m+fp/hard"),  # clang's hard-float default
+        ("thumbv6m-none-eabi", (), "thumb/v6-m/nofp"),  # no CPU named: the triple's architecture
+        ("thumbv8m.main-none-eabi", ("-isystem", "/x"), "thumb/v8-m.main/nofp"),
+    ],
+)  # fmt: skip
+def test_the_multilib_is_gccs_choice_for_the_targets_flags(triple, flags, multilib):
+    runtime = bare_metal_runtime(Target(triple, flags))
+    assert runtime is not None and runtime.multilib == multilib
+    assert (runtime.libdir / "crt0.o").is_file() and runtime.libgcc.name == "libgcc.a"
+    assert runtime.libgcc.parent.as_posix().endswith(multilib) and runtime.script == CORTEX_M_SCRIPT
+
+
+@needs_picolibc
+@pytest.mark.parametrize(
+    "target",
+    [
+        Target("aarch64-linux-gnu"),
+        Target("x86_64-linux-gnu"),
+        Target("armv7a-none-eabi", ("-mcpu=cortex-a9",)),  # bare metal, but no Cortex-M: the script's map is wrong
+        Target("riscv32-unknown-elf"),
+    ],
+    ids=str,
+)
+def test_no_runtime_outside_cortex_m_bare_metal(target):
+    assert bare_metal_runtime(target) is None and target.program_link_flags == ()
+
+
+def test_multilib_flags_as_gcc_spells_them():
+    assert multilib_args(CORTEX_M4) == ["-mcpu=cortex-m4", "-mthumb"]  # -isystem is the compile's business
+    assert multilib_args(Target("thumbv7em-none-eabihf")) == ["-march=armv7e-m", "-mthumb", "-mfloat-abi=hard"]
+    assert [arm_march(a) for a in ("thumbv7em", "thumbv6m", "thumbv8m.main", "thumbv8.1m.main", "armv7a", "x86_64")
+            ] == ["armv7e-m", "armv6-m", "armv8-m.main", "armv8.1-m.main", "armv7-a", None]  # fmt: skip
+
+
+@needs_picolibc
+def test_a_program_links_through_the_corpus_wrappers(toolchain, tmp_path):
+    """The wrappers ``optgym corpus build`` writes: a compile is unchanged (no link flag reaches it), a link of the
+    objects — and a one-step compile and link — give an ARM ELF with ``main``, picolibc's ``printf`` and libgcc's
+    64-bit division; the vector table opens flash: the initial stack pointer at the top of RAM, then ``_start``."""
+    tail = (*CORTEX_M4.compile_flags, *EMBED, *NO_LTO)
+    cc, _ = write_compiler_wrappers(tmp_path / "bin", str(toolchain.clang), str(toolchain.tool("clang++")), "-Oz",
+                                    tail, CORTEX_M4.link_flags, CORTEX_M4.program_link_flags)  # fmt: skip
+    (tmp_path / "p.c").write_text(PROGRAM)
+    compiled = subprocess.run([cc, "-c", "p.c", "-o", "p.o"], cwd=tmp_path, capture_output=True, text=True)
+    assert compiled.returncode == 0 and compiled.stderr == "", compiled.stderr  # no "unused argument" warning
+    for argv, elf in (([cc, "p.o", "-o", "p.elf"], "p.elf"), ([cc, "p.c", "-o", "direct.elf"], "direct.elf")):
+        linked = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+        assert linked.returncode == 0, linked.stderr
+        assert _elf_machine(tmp_path / elf) == EM_ARM
+    symbols = _symbols(toolchain, tmp_path / "p.elf")
+    assert {"main", "printf", "malloc", "memcpy", "__aeabi_uldivmod", "_start"} <= symbols.keys()
+    assert symbols["__interrupt_vector"] == 0 and symbols["__stack"] == 0x20000000 + 256 * 1024
+    image = subprocess.run([str(toolchain.tool("llvm-objcopy")), "-O", "binary", "--only-section=.text",
+                            str(tmp_path / "p.elf"), "-"], capture_output=True, check=True).stdout  # fmt: skip
+    stack, reset = struct.unpack_from("<II", image)
+    assert stack == symbols["__stack"] and reset == symbols["_start"] | 1
+    # a shared library gets neither picolibc nor the script (no shared libraries without an OS: it fails as before)
+    for extra, runtime in (([], True), (["-shared"], False), (["-r"], False)):
+        commands = subprocess.run([cc, *extra, "p.o", "-o", "out", "-###"], cwd=tmp_path, capture_output=True,
+                                  text=True).stderr  # fmt: skip
+        assert "ld.lld" in commands
+        assert (str(CORTEX_M_SCRIPT) in commands) is runtime
+        assert (str(PICOLIBC_ARM / "lib" / "thumb" / "v7e-m" / "nofp" / "crt0.o") in commands) is runtime
+
+
+def test_other_targets_wrappers_are_untouched(tmp_path):
+    """AArch64 Linux and this machine: the wrappers are what they were — ``-fuse-ld=lld`` for a cross link only, and
+    no runtime, script or ``-nostdlib``."""
+    tail = ("-Xclang", "-fembed-bitcode=all", "-fno-lto")
+    a64 = Target("aarch64-linux-gnu")
+    assert a64.link_flags == ("-fuse-ld=lld",) and a64.program_link_flags == ()
+    cc, _ = write_compiler_wrappers(tmp_path / "a64", "/c/clang", "/c/clang++", "-Oz", (*a64.compile_flags, *tail),
+                                    a64.link_flags, a64.program_link_flags)  # fmt: skip
+    assert Path(cc).read_text() == (
+        "#!/bin/sh\n# optgym corpus build: the requested flags last win; a link also gets the target's\n"
+        'case " $* " in *" -c "*|*" -E "*|*" -S "*|*" -M "*|*" -MM "*) exec /c/clang "$@" -Oz '
+        "--target=aarch64-linux-gnu -Xclang -fembed-bitcode=all -fno-lto ;; esac\n"
+        'exec /c/clang "$@" -Oz --target=aarch64-linux-gnu -Xclang -fembed-bitcode=all -fno-lto -fuse-ld=lld\n'
+    )
+    cc, _ = write_compiler_wrappers(tmp_path / "host", "/c/clang", "/c/clang++", "-Oz", tail)
+    assert Path(cc).read_text() == (
+        "#!/bin/sh\n# optgym corpus build: the requested flags last win\n"
+        'exec /c/clang "$@" -Oz -Xclang -fembed-bitcode=all -fno-lto\n'
+    )
+
+
+CONFIGURE_AC = """AC_INIT([bm], [1])
+AC_PROG_CC
+AC_CHECK_FUNCS([malloc snprintf lstat fork])
+AC_CONFIG_HEADERS([config.h])
+AC_CONFIG_FILES([Makefile])
+AC_OUTPUT
+"""
+MAKEFILE_IN = """srcdir = @srcdir@
+VPATH = @srcdir@
+CC = @CC@
+CFLAGS = @CFLAGS@
+prog: prog.o
+\t$(CC) $(CFLAGS) -o $@ prog.o
+prog.o: prog.c config.h
+\t$(CC) $(CFLAGS) -I. -c -o $@ $(srcdir)/prog.c
+"""
+
+
+@needs_picolibc
+@pytest.mark.skipif(shutil.which("autoconf") is None or shutil.which("bear") is None, reason="make setup installs them")
+def test_an_autoconf_package_for_a_cortex_m_configures_honestly_and_links(toolchain, tmp_path):
+    """``optgym corpus build --target thumbv7em-none-eabi`` of an autoconf package: the compiler check passes (it
+    failed when nothing linked), the function checks link against picolibc's real ``libc.a`` (``malloc`` and
+    ``snprintf`` found, ``lstat`` and ``fork`` not: picolibc has neither), the program links, and it is a module."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "configure.ac").write_text(CONFIGURE_AC)
+    (src / "Makefile.in").write_text(MAKEFILE_IN)
+    (src / "prog.c").write_text('#include "config.h"\n' + PROGRAM)
+    subprocess.run(["autoconf"], cwd=src, check=True, capture_output=True)
+    subprocess.run(["autoheader"], cwd=src, check=True, capture_output=True)
+    out = tmp_path / "corpus"
+    result = build_tree(toolchain, src, out, workers=1, target=CORTEX_M4)
+    configure = (out / "logs" / "configure.log").read_text()
+    assert "checking whether the C compiler works... yes" in configure
+    assert "checking for malloc... yes" in configure and "checking for snprintf... yes" in configure
+    assert "checking for lstat... no" in configure and "checking for fork... no" in configure
+    assert not result.partial and corpus_info(out, sizes=False)["module_targets"].keys() == {"prog.o"}
+    assert any("link against picolibc (thumb/v7e-m/nofp)" in note for note in result.notes)
+    prog = result.build_dir / "prog"
+    assert _elf_machine(prog) == EM_ARM and "main" in _symbols(toolchain, prog)
+
+
+@needs_picolibc
+def test_cmake_checks_link_programs_only_where_the_compiler_gives_them_their_runtime():
+    """The corpus build's wrappers give program links their runtime, so CMake's checks link programs there;
+    ``optgym compare-build``'s compiler does not, and its checks still build a static library."""
+    static = "-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY"
+    assert static in CORTEX_M4.cmake_args() and static not in CORTEX_M4.cmake_args(links_programs=True)
+    assert static in Target("riscv32-unknown-elf").cmake_args(links_programs=True)  # no runtime for it
