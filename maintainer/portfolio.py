@@ -11,7 +11,7 @@ no scorers of its own (AArch64's, Cortex-M4's: ``--allocator clang --sample-ever
 among pass options with clang's allocator; its candidates then name no policy (a build of that target serves none),
 and its file goes into the target's directory of ``pretrained/`` (docs/targets.md). A target whose scorers were
 trained on its own code (``optgym train es --problem regalloc-evict`` on its corpus) names them with ``--scorers
-DIR`` (``DIR/regalloc-evict`` and ``DIR/regalloc-priority``, any policy optgym loads): they take the shipped pair's
+DIR`` (``DIR/regalloc-evict`` and ``DIR/regalloc-priority``, policy directories): they take the shipped pair's
 place in every entry and are perturbed like it, and the file names them under ``portfolio-c/``, so a build of that
 target serves them inside its C compiles only.
 

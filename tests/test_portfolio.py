@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from conftest import C_SOURCE, _corpus
 from typer.testing import CliRunner
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from maintainer import portfolio as portfolio_tool
 from optgym.cli import app
 from optgym.policies import DEFAULT_GUARD_BELOW, PRETRAINED_DIR, pretrained_path
+from optgym.policies.embedded import load_embedded
 from optgym.policies.portfolio import (
     BUILTIN_SPECS,
     PASS_OPTIONS,
@@ -92,6 +94,30 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
         portfolio.first(0)
     shipped = {Path(spec) for c in portfolio.candidates for _, spec in c.policies if spec not in BUILTIN_SPECS}
     assert shipped and all(p.is_file() and p.parent.parent == PRETRAINED_DIR for p in shipped)
+
+
+def test_the_chooser_puts_a_targets_own_scorers_in_every_entry(tmp_path):
+    """``choose --scorers DIR``: the target's pair decides every pool entry in place of the shipped one, its
+    perturbations are of that pair (not of the shipped scorers), and a DIR without the pair is a clear error."""
+    scorers = tmp_path / "scorers"
+    for problem in portfolio_tool.PERTURBATIONS:
+        shipped = load_embedded(pretrained_path(problem))
+        shifted = shipped.with_parameters(shipped.parameters() + 5.0)  # far from the shipped one
+        shifted.save(scorers / problem)
+    pair = portfolio_tool.target_scorers(scorers)
+    entries = portfolio_tool.pool(tmp_path / "pool", size_passes=True, scorers=pair)
+    assert entries["target scorers"] == (pair, ())
+    assert all(policies == pair for name, (policies, flags) in entries.items() if flags)
+    perturbed = {name: policies for name, (policies, flags) in entries.items() if not flags and policies != pair}
+    assert len(perturbed) == 2 * portfolio_tool.VARIANTS
+    for policies in perturbed.values():
+        ((problem, path),) = [(p, s) for p, s in policies.items() if s != pair[p]]
+        base = portfolio_tool.load_scorer(problem, pair[problem]).parameters()
+        moved = portfolio_tool.load_scorer(problem, path).parameters()
+        shipped = load_embedded(pretrained_path(problem)).parameters()
+        assert np.abs(moved - base).mean() < np.abs(moved - shipped).mean()
+    with pytest.raises(SystemExit, match="no policy directory regalloc-evict"):
+        portfolio_tool.target_scorers(tmp_path / "empty")
 
 
 def test_a_portfolio_applies_to_a_build_that_leaves_its_problems_at_the_default(tmp_path):
