@@ -6,6 +6,7 @@ which ``make setup`` installs, brings ``gcc-arm-none-eabi``); no fakes. Each cas
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import struct
 import subprocess
@@ -203,8 +204,146 @@ def test_an_autoconf_package_for_a_cortex_m_configures_honestly_and_links(toolch
 
 @needs_picolibc
 def test_cmake_checks_link_programs_only_where_the_compiler_gives_them_their_runtime():
-    """The corpus build's wrappers give program links their runtime, so CMake's checks link programs there;
-    ``optgym compare-build``'s compiler does not, and its checks still build a static library."""
+    """A compiler that gives program links their runtime (the corpus build's wrappers, ``optgym compare-build``'s
+    link wrappers) lets CMake's checks link programs; without it (or without a runtime) they build a static
+    library."""
     static = "-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY"
     assert static in CORTEX_M4.cmake_args() and static not in CORTEX_M4.cmake_args(links_programs=True)
     assert static in Target("riscv32-unknown-elf").cmake_args(links_programs=True)  # no runtime for it
+
+
+# -- optgym compare-build for a Cortex-M ---------------------------------------------------------------------------
+
+COMPARE_FLAGS = ("--target-flag=-mcpu=cortex-m4", "--target-flag=-mthumb", f"--target-flag=-isystem {PICOLIBC_INCLUDE}")
+
+CMAKE_PROJECT = {
+    "CMakeLists.txt": """cmake_minimum_required(VERSION 3.16)
+project(tiny C)
+include(CheckFunctionExists)
+check_function_exists(snprintf HAVE_SNPRINTF)
+if(NOT HAVE_SNPRINTF)
+  message(FATAL_ERROR "snprintf did not link")
+endif()
+add_library(util STATIC util.c)
+add_executable(prog main.c)
+target_link_libraries(prog util)
+""",
+    "util.c": """static int clamp(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+static int scale(int x, int k) { return clamp(x * k, -1000, 1000) + clamp(x - k, 0, 50); }
+int sum(const int *v, int n) { int s = 0; for (int i = 0; i < n; i++) s += scale(v[i], 3) - clamp(v[i], 0, 9);
+  return s; }
+""",
+    "main.c": """#include <stdio.h>
+int sum(const int *, int);
+int main(void) { int v[10]; for (int i = 0; i < 10; i++) v[i] = i + 1;
+  char line[32]; snprintf(line, sizeof line, "sum=%d", sum(v, 10)); puts(line); return 0; }
+""",
+}
+
+
+def test_compare_build_target_flags_reach_both_builds(tmp_path, monkeypatch):
+    """``--target-flag`` is split like the corpus build's and every compile and link of both builds gets it:
+    CMake's C flags (beside its own COMPILER_TARGET), CFLAGS and LDFLAGS of make and configure, in each
+    variant's environment too; a flag without ``--target`` is refused."""
+    from typer.testing import CliRunner
+
+    import optgym.evaluate.build_compare as bc
+    from optgym.cli import app
+    from optgym.errors import OptgymError
+
+    seen = []
+
+    def capture(options, progress):
+        seen.append(options)
+        raise OptgymError("captured")
+
+    monkeypatch.setattr(bc, "compare_build", capture)
+    CliRunner().invoke(app, ["compare-build", str(tmp_path), "--target", "thumbv7em-none-eabi", *COMPARE_FLAGS])
+    (opts,) = seen
+    flags = ["-mcpu=cortex-m4", "-mthumb", "-isystem", str(PICOLIBC_INCLUDE)]
+    assert list(opts.target_flags) == flags and opts.target_spec() == CORTEX_M4
+    refused = CliRunner().invoke(app, ["compare-build", str(tmp_path), "--target-flag=-mthumb"])
+    assert refused.exit_code != 0 and "needs --target" in refused.output and len(seen) == 1
+
+    opts = bc.CompareOptions(source=tmp_path, outdir=tmp_path / "out", target="thumbv7em-none-eabi",
+                             target_flags=tuple(flags))  # fmt: skip
+    joined = " ".join(flags)
+    assert opts.cflags() == ["-Oz", "--target=thumbv7em-none-eabi", *flags]
+    assert opts.ldflags() == ["-fuse-ld=lld", "--target=thumbv7em-none-eabi", *flags]
+    for variant in ("plain", "optgym"):
+        tools = bc.Tools(f"{variant}-cc", f"{variant}-c++", "ar", "ranlib")
+        env = bc.variant_env(opts, variant, tools, None)
+        assert env["CFLAGS"] == env["CXXFLAGS"] == f"-Oz --target=thumbv7em-none-eabi {joined}"
+        assert env["LDFLAGS"] == f"-fuse-ld=lld --target=thumbv7em-none-eabi {joined}"
+        (_, cmake), _ = bc.build_commands("cmake", opts, tools, tmp_path / "b")
+        assert f"-DCMAKE_C_FLAGS=-Oz {joined}" in cmake and f"-DCMAKE_CXX_FLAGS=-Oz {joined}" in cmake
+        assert "-DCMAKE_C_COMPILER_TARGET=thumbv7em-none-eabi" in cmake and not any("--target=" in a for a in cmake)
+        ((_, make),) = bc.build_commands("make", opts, tools, tmp_path)
+        assert f"CFLAGS=-Oz --target=thumbv7em-none-eabi {joined}" in make
+        assert f"LDFLAGS=-fuse-ld=lld --target=thumbv7em-none-eabi {joined}" in make
+        (tmp_path / "configure").write_text("")
+        (_, configure), _ = bc.build_commands("autotools", opts, tools, tmp_path)
+        assert "--host=arm-none-eabi" in configure
+        assert f"CFLAGS=-Oz --target=thumbv7em-none-eabi {joined}" in configure
+
+
+@needs_picolibc
+def test_compare_build_wraps_both_builds_compilers_for_program_links(tmp_path):
+    """A Cortex-M target with a runtime: both variants' compilers get the same link wrapper (the corpus build's
+    rule), which adds the runtime to program links only; CMake's checks link programs. Another target's
+    compilers are left alone."""
+    from optgym.evaluate.build_compare import CompareOptions, Tools, build_commands, program_link_wrappers
+
+    tools = {v: Tools(f"/x/{v}-cc", f"/x/{v}-c++", "ar", "ranlib") for v in ("plain", "optgym")}
+    opts = CompareOptions(source=tmp_path, outdir=tmp_path / "out", target=CORTEX_M4.triple,
+                          target_flags=CORTEX_M4.flags)  # fmt: skip
+    wrapped, runtime = program_link_wrappers(opts, tools)
+    assert runtime == CORTEX_M4.program_link_flags and str(CORTEX_M_SCRIPT) in runtime
+    for variant, real in tools.items():
+        for wrapper, compiler in ((wrapped[variant].cc, real.cc), (wrapped[variant].cxx, real.cxx)):
+            text = Path(wrapper).read_text()
+            assert Path(wrapper).name == Path(compiler).name and text.count(f"exec {compiler} ") == 3
+            compile_line, shared_line, program_line = [ln for ln in text.splitlines() if "exec" in ln]
+            assert '*" -c "*' in compile_line and compile_line.endswith(f'exec {compiler} "$@" ;; esac')
+            assert '*" -shared "*' in shared_line and shared_line.endswith(f'exec {compiler} "$@" ;; esac')
+            assert program_line == f'exec {compiler} "$@" {shlex.join(runtime)}'
+    (_, cmake), _ = build_commands("cmake", opts, wrapped["plain"], tmp_path / "b")
+    assert "-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY" not in cmake
+    aarch64 = CompareOptions(source=tmp_path, outdir=tmp_path / "out", target="aarch64-linux-gnu")
+    assert program_link_wrappers(aarch64, tools) == (tools, ())
+
+
+@needs_picolibc
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is installed by `make setup`")
+def test_compare_build_links_a_cortex_m_program_in_both_builds(tmp_path):
+    """``optgym compare-build --target thumbv7em-none-eabi`` with the Cortex-M4 flags: CMake's check links
+    snprintf against picolibc, and both builds link the program into an ARM ELF that the report compares."""
+    import json
+    import os
+    import sys
+
+    from optgym.toolchain.llvm import find_toolchain
+
+    src = tmp_path / "src"
+    for name, text in CMAKE_PROJECT.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "optgym.cli", "compare-build", str(src), "-o", str(out), "--jobs", "2",
+               "--target", "thumbv7em-none-eabi", *COMPARE_FLAGS]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OPTGYM_POLICY": "never"})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["options"]["target_flags"] == list(CORTEX_M4.flags)
+    assert report["program_link"]["flags"] == list(CORTEX_M4.program_link_flags)
+    (row,) = report["outputs"]
+    assert row["path"] == "prog"
+    toolchain = find_toolchain()
+    for variant in ("plain", "optgym"):
+        prog = Path(report["builds"][variant]["tree"]) / "prog"
+        assert _elf_machine(prog) == EM_ARM and {"main", "snprintf", "_start"} <= _symbols(toolchain, prog).keys()
+        assert row[variant]["text"] > 0 and row[variant]["dottext"] > 0
+    markdown = (out / "report.md").read_text()
+    assert f"| prog | {row['plain']['text']} | {row['optgym']['text']} |" in markdown
+    assert "program links (both" in markdown

@@ -410,6 +410,14 @@ def compare_build(
     lto: Annotated[str | None, typer.Option(help="thin | full: both builds with -flto=MODE, linked by lld")] = None,
     test: Annotated[bool, typer.Option("--test", help="run the project's test suite in both builds")] = False,
     target: Annotated[str | None, typer.Option(help="a target triple (--target=TRIPLE) for both builds")] = None,
+    target_flag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--target-flag",
+            help="a flag every compile and link of both builds gets with --target (repeatable; split like a shell "
+            "line: --target-flag=-mcpu=cortex-m4 --target-flag='-isystem DIR')",
+        ),
+    ] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="the build trees, logs and reports")] = Path(
         "compare-build"
     ),
@@ -429,12 +437,18 @@ def compare_build(
     Writes OUTPUT/report.json and OUTPUT/report.md and prints the latter. The optgym build runs with the
     caller's OPTGYM_* settings and OPTGYM_STRICT=1. Exits 1 if a build fails or a test fails only in the
     optgym build."""
+    from optgym.corpus.target import Target
     from optgym.evaluate.build_compare import CompareOptions, write_report
     from optgym.evaluate.build_compare import compare_build as run_compare
 
+    try:
+        chosen = Target.of(target, target_flag or ())
+    except ValueError as e:
+        _fail(str(e))
     options = CompareOptions(source=source, outdir=output, build_system=build_system, lto=lto, target=target,
-                             opt=opt, configure_args=tuple(configure_arg or ()), jobs=jobs or os.cpu_count() or 1,
-                             test=test, allow_fallback=allow_fallback)  # fmt: skip
+                             target_flags=chosen.flags if chosen else (), opt=opt,
+                             configure_args=tuple(configure_arg or ()), jobs=jobs or os.cpu_count() or 1, test=test,
+                             allow_fallback=allow_fallback)  # fmt: skip
     try:
         report = run_compare(options, progress=lambda line: err.print(line, highlight=False, markup=False))
     except OptgymError as e:

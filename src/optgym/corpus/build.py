@@ -136,6 +136,45 @@ def _mirror(src: Path, dst: Path) -> None:
                     ignore=shutil.ignore_patterns(".git", WORK_DIR))  # fmt: skip
 
 
+def wrapper_script(
+    compiler: str,
+    tail: Sequence[str] = (),
+    link_flags: Sequence[str] = (),
+    program_link_flags: Sequence[str] = (),
+    *,
+    comment: str = "",
+) -> str:
+    """The ``/bin/sh`` text of one compiler wrapper: ``compiler`` with the caller's arguments, then ``tail``; a
+    link (no ``-c``, ``-E``, ``-S``, ``-M``, ``-MM``) also gets ``link_flags``, and a link of a program (not
+    ``-shared``, not ``-r``) ``program_link_flags`` after them. ``comment``: the script's second line (the
+    corpus build's by default).
+
+    The one rule that tells a program link apart, for the corpus build's wrappers (:func:`write_compiler_wrappers`)
+    and ``optgym compare-build``'s (:func:`optgym.evaluate.build_compare.program_link_wrappers`)."""
+    cc = shlex.quote(compiler)
+    run = lambda *flags: " ".join(["exec", cc, '"$@"', *(f for f in flags if f)])  # noqa: E731
+    tail_s, link = shlex.join(tail), shlex.join(link_flags)
+    if not link_flags and not program_link_flags:
+        return f"#!/bin/sh\n# {comment or 'optgym corpus build: the requested flags last win'}\n{run(tail_s)}\n"
+    comment = comment or "optgym corpus build: the requested flags last win; a link also gets the target's"
+    text = (f"#!/bin/sh\n# {comment}\n"
+            f'case " $* " in *" -c "*|*" -E "*|*" -S "*|*" -M "*|*" -MM "*) {run(tail_s)} ;; esac\n')  # fmt: skip
+    if program_link_flags:
+        return (text + f'case " $* " in *" -shared "*|*" -r "*) {run(tail_s, link)} ;; esac\n'
+                f"{run(tail_s, link, shlex.join(program_link_flags))}\n")  # fmt: skip
+    return text + f"{run(tail_s, link)}\n"
+
+
+def install_wrapper(path: Path, text: str) -> str:
+    """Write the wrapper script ``text`` to ``path`` (executable), unless it is already there: an unchanged
+    wrapper keeps its time, so ``make`` sees no new compiler. Returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+        path.chmod(0o755)
+    return str(path)
+
+
 def write_compiler_wrappers(
     bin_dir: Path,
     cc: str,
@@ -150,27 +189,10 @@ def write_compiler_wrappers(
     doc). ``link_flags`` (a cross target's ``-fuse-ld=lld``) go to links only: in a compile clang would warn that
     they are unused, and CMake's flag checks take that warning for a refused flag. ``program_link_flags`` (a
     bare-metal target's C runtime and linker script) go, after them, to links of programs only: not to
-    ``-shared`` or ``-r`` links."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    tail = shlex.join([opt, *tail_flags])
-    paths = []
-    for name, compiler in zip(WRAPPER_NAMES, map(shlex.quote, (cc, cxx)), strict=True):
-        path = bin_dir / name
-        text = f'#!/bin/sh\n# optgym corpus build: the requested flags last win\nexec {compiler} "$@" {tail}\n'
-        if link_flags or program_link_flags:
-            link = shlex.join(link_flags)
-            text = (f'#!/bin/sh\n# optgym corpus build: the requested flags last win; a link also gets the target\'s\n'
-                    f'case " $* " in *" -c "*|*" -E "*|*" -S "*|*" -M "*|*" -MM "*) exec {compiler} "$@" {tail} ;; '
-                    'esac\n')  # fmt: skip
-            if program_link_flags:
-                text += (f'case " $* " in *" -shared "*|*" -r "*) exec {compiler} "$@" {tail} {link} ;; esac\n'
-                         f'exec {compiler} "$@" {tail} {link} {shlex.join(program_link_flags)}\n')  # fmt: skip
-            else:
-                text += f'exec {compiler} "$@" {tail} {link}\n'
-        if not path.exists() or path.read_text() != text:  # unchanged: make sees no new compiler
-            path.write_text(text)
-            path.chmod(0o755)
-        paths.append(str(path))
+    ``-shared`` or ``-r`` links (:func:`wrapper_script`)."""
+    paths = [install_wrapper(bin_dir / name, wrapper_script(compiler, [opt, *tail_flags], link_flags,
+                                                            program_link_flags))
+             for name, compiler in zip(WRAPPER_NAMES, (cc, cxx), strict=True)]  # fmt: skip
     return paths[0], paths[1]
 
 

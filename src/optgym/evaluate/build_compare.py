@@ -19,6 +19,10 @@ exits, becomes the reaper's child; when the step ends the reaper stops it (``SIG
 its CPU — and that of the clang processes it ran — is counted (the server's own, read just before it is
 stopped, is the step's ``server_cpu_s``). The optgym build gets a private
 ``XDG_RUNTIME_DIR`` so that it starts its own server rather than reuse one another build left idling.
+
+A bare-metal target's programs link against its runtime (picolibc, a linker script:
+:func:`optgym.corpus.target.bare_metal_runtime`) in both builds, through a small link wrapper around each
+build's compiler: :func:`program_link_wrappers`.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from optgym.corpus.build import install_wrapper, wrapper_script
 from optgym.corpus.target import Target
 from optgym.errors import OptgymError
 from optgym.evaluate.elf_sizes import (
@@ -125,6 +130,8 @@ class CompareOptions:
     build_system: str = "auto"
     lto: str | None = None
     target: str | None = None
+    #: the target's own flags (``--target-flag``, split like a shell line: each one argument)
+    target_flags: tuple[str, ...] = ()
     opt: str = "-Oz"
     configure_args: tuple[str, ...] = ()
     jobs: int = 2
@@ -132,18 +139,23 @@ class CompareOptions:
     allow_fallback: bool = False
 
     def cflags(self) -> list[str]:
-        """CFLAGS/CXXFLAGS of both builds: the optimization level, LTO and the target."""
-        return [self.opt, *([f"-flto={self.lto}"] if self.lto else []), *self.target_flags()]
+        """CFLAGS/CXXFLAGS of both builds: the optimization level, LTO, the target and its flags."""
+        return [self.opt, *([f"-flto={self.lto}"] if self.lto else []), *self.target_args()]
 
     def ldflags(self) -> list[str]:
         """LDFLAGS of both builds: an LTO link needs lld (clang's LTO goes through the linker's plugin
         interface, and the system ``ld`` has none for LLVM-22 bitcode), and so does a link for another target
         (the system ``ld`` links for this machine only: "unrecognised emulation mode: aarch64linux")."""
         lld = ["-fuse-ld=lld"] if self.lto or self.target else []
-        return [*lld, *([f"-flto={self.lto}"] if self.lto else []), *self.target_flags()]
+        return [*lld, *([f"-flto={self.lto}"] if self.lto else []), *self.target_args()]
 
-    def target_flags(self) -> list[str]:
-        return [f"--target={self.target}"] if self.target else []
+    def target_args(self) -> list[str]:
+        """``--target=TRIPLE`` and the target's flags."""
+        return [f"--target={self.target}", *self.target_flags] if self.target else []
+
+    def target_spec(self) -> Target | None:
+        """The :class:`~optgym.corpus.target.Target` of ``--target``/``--target-flag``."""
+        return Target(self.target, self.target_flags) if self.target else None
 
 
 @dataclass(frozen=True)
@@ -170,6 +182,35 @@ def variant_tools(variant: str) -> Tools:
         if not os.access(launcher, os.X_OK):
             raise BuildCompareError(f"{launcher} not found: install optgym into this environment (pip install -e .)")
     return Tools(str(cc), str(cxx), ar, ranlib)
+
+
+def program_link_wrappers(opts: CompareOptions, tools: dict[str, Tools]) -> tuple[dict[str, Tools], tuple[str, ...]]:
+    """Both variants' compilers wrapped so that each link of a program gets a bare-metal target's runtime, and
+    the runtime's flags (:attr:`optgym.corpus.target.Target.program_link_flags`: picolibc's ``crt0.o`` and
+    libraries, libgcc, optgym's linker script); for any other target, the tools unchanged and ``()``.
+
+    The runtime belongs on program links only — not on compiles, ``-shared`` or ``-r`` links — and LDFLAGS
+    reach every link: libtool refuses ``crt0.o`` in a shared library's link ("cannot build libtool library …
+    from non-libtool objects") and CMake would hand it to its shared-library links too. Only the compiler a
+    build runs sees every link, so each variant's compiler is wrapped by a ``/bin/sh`` script in
+    ``OUTDIR/wrappers/VARIANT/``, named like it, that execs it with the build's own arguments and, on a program
+    link only, the runtime's flags last: the corpus build's rule, from the same code
+    (:func:`optgym.corpus.build.wrapper_script`). Both builds get the same wrapper, so they still differ in the
+    compiler alone; the target and its flags stay in CFLAGS/LDFLAGS as for any target."""
+    target = opts.target_spec()
+    flags = target.program_link_flags if target else ()
+    if not flags:
+        return tools, ()
+    wrapped = {}
+    for variant, real in tools.items():
+        directory = opts.outdir / "wrappers" / variant
+        cc, cxx = (install_wrapper(directory / Path(compiler).name,
+                                   wrapper_script(compiler, program_link_flags=flags,
+                                                  comment="optgym compare-build: a program's link also gets the "
+                                                  "target's runtime"))
+                   for compiler in (real.cc, real.cxx))  # fmt: skip
+        wrapped[variant] = replace(real, cc=cc, cxx=cxx)
+    return wrapped, flags
 
 
 def detect_build_system(source: Path) -> str:
@@ -277,7 +318,7 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
     the copied source tree otherwise)."""
     cflags, ldflags = " ".join(opts.cflags()), " ".join(opts.ldflags())
     jobs = str(opts.jobs)
-    target = Target.of(opts.target)
+    target = opts.target_spec()
     if system == "cmake":
         configure = ["cmake", "-S", str(opts.source), "-B", str(tree)]
         configure += ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -286,12 +327,15 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
                       f"-DCMAKE_CXX_COMPILER={tools.cxx}", f"-DCMAKE_AR={tools.ar}",
                       f"-DCMAKE_RANLIB={tools.ranlib}"]  # fmt: skip
         # the target as CMake's own settings: its compiler checks and every compile and link line get it, it
-        # knows it cross-compiles, and ctest runs the tests under qemu-user (Target.cmake_args)
-        untargeted = [f for f in opts.cflags() if f not in opts.target_flags()]
+        # knows it cross-compiles, and ctest runs the tests under qemu-user (Target.cmake_args); the target's
+        # flags stay in CMAKE_<LANG>_FLAGS, which CMake's link lines and checks use too
+        untargeted = [f for f in opts.cflags() if f != f"--target={opts.target}"]
         for lang in ("C", "CXX"):
             configure += [f"-DCMAKE_{lang}_FLAGS={' '.join(untargeted)}", f"-DCMAKE_{lang}_FLAGS_MINSIZEREL=-DNDEBUG"]
-        configure += target.cmake_args() if target else []
-        link = " ".join(f for f in opts.ldflags() if f not in opts.target_flags())
+        # a bare-metal target with a runtime: compare_build gives both builds' program links that runtime
+        # (program_link_wrappers), so CMake's checks link programs, as in a corpus build
+        configure += target.cmake_args(links_programs=True) if target else []
+        link = " ".join(f for f in opts.ldflags() if f not in opts.target_args())
         for kind in ("EXE", "SHARED", "MODULE"):
             configure.append(f"-DCMAKE_{kind}_LINKER_FLAGS={link}")
         return [
@@ -527,20 +571,26 @@ def compare_build(opts: CompareOptions, progress: Callable[[str], None] = lambda
         raise BuildCompareError(f"--build-system {system!r}: one of auto, {', '.join(BUILD_SYSTEMS)}")
     if opts.lto not in (None, *LTO_MODES):
         raise BuildCompareError(f"--lto {opts.lto!r}: thin or full")
+    if opts.target_flags and not opts.target:
+        raise BuildCompareError(f"--target-flag {' '.join(opts.target_flags)} needs --target TRIPLE")
     if not re.fullmatch(r"-O[0-3sz]?|-Ofast|-Og", opts.opt):
         raise BuildCompareError(f"--opt {opts.opt!r}: an optimization level such as -Oz")
     opts = replace(opts, source=source, outdir=opts.outdir.resolve())
     opts.outdir.mkdir(parents=True, exist_ok=True)
-    tools = {v: variant_tools(v) for v in VARIANTS}
+    compilers = {v: variant_tools(v) for v in VARIANTS}
+    tools, runtime = program_link_wrappers(opts, compilers)
     report: dict[str, Any] = {
         "format_version": FORMAT_VERSION, "source": str(source), "name": source.name, "build_system": system,
         "outdir": str(opts.outdir), "optgym_version": __version__, "clang": find_toolchain().banner,
-        "options": {"opt": opts.opt, "lto": opts.lto, "target": opts.target, "jobs": opts.jobs, "test": opts.test,
+        "options": {"opt": opts.opt, "lto": opts.lto, "target": opts.target, "target_flags": list(opts.target_flags),
+                    "jobs": opts.jobs, "test": opts.test,
                     "configure_args": list(opts.configure_args), "allow_fallback": opts.allow_fallback},
         "flags": {"cflags": opts.cflags(), "ldflags": opts.ldflags()},
-        "compilers": {v: asdict(t) for v, t in tools.items()},
+        "compilers": {v: asdict(t) for v, t in compilers.items()},
         "builds": {}, "problems": [],
     }  # fmt: skip
+    if runtime:
+        report["program_link"] = {"flags": list(runtime), "wrappers": {v: [t.cc, t.cxx] for v, t in tools.items()}}
     trees: dict[str, Path] = {}
     envs: dict[str, dict[str, str]] = {}
     runtime_dir = Path(tempfile.mkdtemp(prefix="optgym-cb-"))  # short: a socket path holds at most 107 bytes
@@ -640,6 +690,8 @@ def render_markdown(report: dict[str, Any]) -> str:
               + (", ".join(f"{k}={v}" for k, v in report.get("optgym_environment", {}).items()) or "defaults"),
               f"- flags (both): CFLAGS/CXXFLAGS `{flags}`, LDFLAGS `{ldflags}`; "
               f"AR `{report['compilers']['plain']['ar']}`",
+              *([f"- program links (both, not -shared or -r links): `{' '.join(report['program_link']['flags'])}` "
+                 f"last, through link wrappers in `{report['outdir']}/wrappers/`"] if "program_link" in report else []),
               ""]  # fmt: skip
     for problem in report["problems"]:
         lines += [f"**{problem}**", ""]
