@@ -138,6 +138,9 @@ ALLOCATORS = {
     "clang": ({}, "pass options alone"),  # no policy named: clang's allocator, and a target with no scorers fits
 }
 
+#: ``--scorers``: the prefix of every pool entry decided by a target's own scorer pair.
+TARGET_SCORERS = "target scorers"
+
 
 def load_scorer(problem: str, spec: str) -> CandidateScorer:
     """The candidate scorer ``spec`` names for ``problem``: ``pretrained``, a training run's policy or an ONNX file."""
@@ -170,7 +173,7 @@ def pool(
     """Every entry: name → (policies by problem, extra clang flags). With clang's allocator the first entry is
     clang's own compile, and no scorer is perturbed. ``scorers`` (:func:`target_scorers`) replace the shipped
     pair."""
-    policies, prefix = (scorers, "target scorers") if scorers else ALLOCATORS[allocator]
+    policies, prefix = (scorers, TARGET_SCORERS) if scorers else ALLOCATORS[allocator]
     entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {prefix: (policies, ())}
     options = {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {}), **(SIZE_PASSES if size_passes else {})}
     for name, flags in options.items():
@@ -230,8 +233,8 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
 
 
 def _short(entry: str) -> str:
-    return next((entry.removeprefix(f"{prefix}, ") for _, prefix in ALLOCATORS.values() if entry.startswith(prefix)),
-                entry)  # fmt: skip
+    prefixes = [prefix for _, prefix in ALLOCATORS.values()] + [TARGET_SCORERS]
+    return next((entry.removeprefix(f"{prefix}, ") for prefix in prefixes if entry.startswith(prefix)), entry)
 
 
 def choose(args: argparse.Namespace) -> int:
