@@ -30,6 +30,8 @@ that ships, from training modules only:
 3. the first candidate is the entry smallest in total on its own — with ``--combine K``, that entry with up
    to K pass options more in the same compile, added greedily while each lowers the sample's total alone by
    ``MIN_GAIN`` (:func:`combine`); clang's own compile is the second (no object grows from two compiles on);
+   ``--max-worse F`` lets only entries and combinations that leave at most a share F of the sample's modules more
+   than 1 % larger than clang's be the first candidate, for a build that compiles it alone (``--default 1``);
    then, greedily, the entry that most lowers the sample's total when each module keeps its smallest object
    — until ``--size`` compiles or an entry that saves nothing. ``--default N`` is how many of them a build
    compiles unless told (the file's ``default_candidates``).
@@ -194,13 +196,14 @@ def sizes(corpus: Corpus, modules: list[str], policies: dict[str, str], flags, w
     return {row.module: row for row in rows}
 
 
-def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
+def combine(first, entries, table, ok, base, steps, log, compile_sample, allowed=lambda name: True) -> str:
     """``--combine``: the ``first`` entry with up to ``steps`` pass options more, all in one compile. Of the
     :data:`SHORTLIST` options smallest alone (``first``'s own excluded), the one whose addition gives the
     sample's smallest total is added, while that lowers the total by at least :data:`MIN_GAIN` (a combination
-    that fails to compile a sample module is not taken). Each combination tried becomes an entry of
-    ``entries`` and ``table``, so the rest of the portfolio is chosen around the result; ``log`` gets one line
-    per combination tried; ``compile_sample(policies, flags)`` gives the sample's rows of one such compile.
+    that fails to compile a sample module, or that ``allowed`` refuses, is not taken). Each combination tried
+    becomes an entry of ``entries`` and ``table``, so the rest of the portfolio is chosen around the result;
+    ``log`` gets one line per combination tried; ``compile_sample(policies, flags)`` gives the sample's rows of one
+    such compile.
     Why: options of different passes mostly save on different code, so one compile with several keeps most
     of their savings, which a portfolio otherwise buys a compile each."""
     policies, flags = entries[first]
@@ -208,7 +211,7 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
 
     def total(name: str) -> float | None:
         rows = table[name]
-        return sum(rows[m].policy_text for m in ok) / base if all(rows[m].ok for m in ok) else None
+        return sum(rows[m].policy_text for m in ok) / base if all(rows[m].ok for m in ok) and allowed(name) else None
 
     alone = {n: t for n in options if (t := total(n)) is not None}
     shortlist = sorted(alone, key=alone.__getitem__)[:SHORTLIST]
@@ -230,6 +233,11 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample) -> str:
         current = tried[option]
         print(f"combined: + {_short(option)}, {current:.4f} alone")
     return f"{first} + {' + '.join(_short(n) for n in taken)}" if taken else first
+
+
+def worse_share(rows: dict[str, ModuleRow], clang: dict[str, int]) -> float:
+    """The share of the modules of ``clang`` (module → clang's bytes) that ``rows`` compile more than 1 % larger."""
+    return sum(rows[m].policy_text > 1.01 * bytes_ for m, bytes_ in clang.items()) / len(clang)
 
 
 def _short(entry: str) -> str:
@@ -254,13 +262,20 @@ def choose(args: argparse.Namespace) -> int:
     def total(chosen: list[str]) -> int:
         return sum(min([clang[m], *(table[name][m].policy_text for name in chosen)]) for m in ok)
 
-    first = min(entries, key=lambda name: sum(table[name][m].policy_text for m in ok))
+    def allowed(name: str) -> bool:  # --max-worse: few enough sample modules > 1 % worse, for a compile alone
+        return args.max_worse is None or worse_share(table[name], clang) <= args.max_worse
+
+    eligible = [name for name in entries if allowed(name)]
+    if not eligible:
+        sys.exit(f"no entry leaves at most {args.max_worse} of the sample's modules > 1 % worse (--max-worse)")
+    first = min(eligible, key=lambda name: sum(table[name][m].policy_text for m in ok))
     if first == next(iter(entries)) and args.allocator != "shipped" and not scorers:
         sys.exit("no pass option compiles the training sample smaller than clang: nothing to choose")
     combined: list[dict] = []
     if args.combine:
         first = combine(first, entries, table, ok, base, args.combine, combined,
-                        lambda policies, flags: sizes(corpus, sample, policies, flags, args.workers))  # fmt: skip
+                        lambda policies, flags: sizes(corpus, sample, policies, flags, args.workers),
+                        allowed=allowed)  # fmt: skip
     chosen, figures = [first], [{"candidate": first, "alone": sum(table[first][m].policy_text for m in ok) / base}]
     figures.append({"candidate": "clang", "best_of": total(chosen) / base})
     while len(chosen) + 1 < args.size:
@@ -382,6 +397,9 @@ def main() -> int:
     c.add_argument("--scorers", type=Path, default=None, metavar="DIR",
                    help="a target's own trained scorer pair (DIR/regalloc-evict, DIR/regalloc-priority) in place "
                    "of the shipped one; the file names them under portfolio-c/")  # fmt: skip
+    c.add_argument("--max-worse", type=float, default=None, metavar="F",
+                   help="the first candidate leaves at most this share of the sample's modules > 1 %% "
+                   "worse")  # fmt: skip
     c.add_argument("--sample-every", type=int, default=7, metavar="K",
                    help="the training sample: every K-th C module (1: all, for a small corpus)")  # fmt: skip
     c.add_argument("-j", "--workers", type=int, default=None)

@@ -423,6 +423,25 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
     assert not any("perturbed" in e["combination"] for e in log)
 
 
+def test_choose_max_worse_keeps_regressing_entries_out_of_the_first_candidate():
+    """``--max-worse``: the share of modules > 1 % worse is counted against clang's bytes, and a combination the cap
+    refuses is passed over however much it saves."""
+    rows = {m: SimpleNamespace(policy_text=t) for m, t in {"a": 1011, "b": 1010, "c": 900, "d": 1000}.items()}
+    assert portfolio_tool.worse_share(rows, dict.fromkeys("abcd", 1000)) == 0.25  # only a: 1 % is not worse
+    modules = ["m0", "m1"]
+
+    def compile_sample(policies, flags):
+        return {m: SimpleNamespace(ok=True, policy_text=1000 - 40 * ("-a" in flags) - 20 * ("-b" in flags))
+                for m in modules}  # fmt: skip
+
+    shipped = {"regalloc-evict": "pretrained"}
+    entries = {"s, first": (shipped, ("-first",)), "s, -a": (shipped, ("-a",)), "s, -b": (shipped, ("-b",))}
+    table = {name: compile_sample(*entry) for name, entry in entries.items()}
+    name = portfolio_tool.combine("s, first", entries, table, modules, 2000, 2, [], compile_sample,
+                                  allowed=lambda n: "-a" not in n)  # fmt: skip
+    assert name == "s, first + s, -b"
+
+
 def test_a_pool_with_clangs_allocator_holds_pass_options_only(tmp_path):
     """``choose --allocator clang`` (a target with no scorers of its own): every entry names no policy (clang's
     allocator, and a portfolio a target without scorers can serve), the first is clang's own compile, none is a
