@@ -2,7 +2,7 @@
 """Choose a portfolio for C on training modules; measure a portfolio on any corpus.
 
     .venv/bin/python -m maintainer.portfolio choose CORPUS -o DIR [--wide] [--size-passes] [--combine K] [--default N]
-        [--size 7] [--allocator shipped|clang] [--scorers DIR] [--sample-every 7] [-j 2]
+        [--size 7] [--allocator shipped|clang] [--scorers DIR] [--max-worse F] [--sample-every 7] [-j 2]
     .venv/bin/python -m maintainer.portfolio measure CORPUS [--split test] [--portfolio FILE] [--record]
         [--allocator shipped|clang] [-j 2]
 
