@@ -120,7 +120,6 @@ def perturbed(problem: str, directory: Path, base: str = "pretrained") -> list[P
     ``directory``."""
     seed, sigma, relative = PERTURBATIONS[problem]
     shipped = load_scorer(problem, base)
-    assert isinstance(shipped, CandidateScorer)
     rng = np.random.default_rng(seed)
     paths = []
     for i in range(VARIANTS):
@@ -145,10 +144,10 @@ TARGET_SCORERS = "target scorers"
 
 
 def load_scorer(problem: str, spec: str) -> CandidateScorer:
-    """The candidate scorer ``spec`` names for ``problem``: ``pretrained``, a training run's policy or an ONNX file."""
-    scorer = load_embedded(pretrained_path(problem)) if spec == "pretrained" else None
-    if scorer is None:
-        scorer = resolve_policy(str(Path(spec).resolve()), problem).build()
+    """The candidate scorer ``spec`` names for ``problem``: ``pretrained``, an exported ONNX file (the training
+    policy it embeds) or a training run's policy directory."""
+    path = pretrained_path(problem) if spec == "pretrained" else Path(spec).resolve()
+    scorer = load_embedded(path) if path.suffix == ".onnx" else resolve_policy(str(path), problem).build()
     if not isinstance(scorer, CandidateScorer):
         sys.exit(f"{spec} is not a {problem} candidate scorer")
     return scorer
