@@ -129,8 +129,11 @@ def test_a_program_links_through_the_corpus_wrappers(toolchain, tmp_path):
                             str(tmp_path / "p.elf"), "-"], capture_output=True, check=True).stdout  # fmt: skip
     stack, reset = struct.unpack_from("<II", image)
     assert stack == symbols["__stack"] and reset == symbols["_start"] | 1
-    # a shared library gets neither picolibc nor the script (no shared libraries without an OS: it fails as before)
-    for extra, runtime in (([], True), (["-shared"], False), (["-r"], False)):
+    # a shared library gets neither picolibc nor the script (no shared libraries without an OS: it fails as before),
+    # however the link is told so: to the driver, or to the linker as libtool does
+    for extra, runtime in (([], True), (["-shared"], False), (["-r"], False), (["-Wl,-shared"], False),
+                           (["-Wl,-soname,libp.so.1,-shared"], False), (["-Xlinker", "-r"], False),
+                           (["-Wl,--relocatable"], False), (["-Wl,-rpath,/x/shared"], True)):  # fmt: skip
         commands = subprocess.run([cc, *extra, "p.o", "-o", "out", "-###"], cwd=tmp_path, capture_output=True,
                                   text=True).stderr  # fmt: skip
         assert "ld.lld" in commands

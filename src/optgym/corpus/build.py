@@ -136,6 +136,16 @@ def _mirror(src: Path, dst: Path) -> None:
                     ignore=shutil.ignore_patterns(".git", WORK_DIR))  # fmt: skip
 
 
+#: The ``case`` patterns of a link that makes no program: a shared library or a relocatable object, said to the
+#: driver (``-shared``, ``-r``) or straight to the linker (``-Wl,-shared``, ``-Wl,-soname,x,-shared``, ``-Xlinker
+#: -r``): libtool and some Makefiles pass it the second way, and a C runtime added there breaks the link.
+NOT_A_PROGRAM = "|".join(
+    [*(f'*" {flag} "*' for flag in ("-shared", "--shared", "-r")),
+     *(f'*",{flag}{end}"*' for flag in ("-shared", "--shared", "-r", "--relocatable") for end in (" ", ",")),
+     *(f'*" -Xlinker {flag} "*' for flag in ("-shared", "--shared", "-r", "--relocatable"))]
+)  # fmt: skip
+
+
 def wrapper_script(
     compiler: str,
     tail: Sequence[str] = (),
@@ -160,7 +170,7 @@ def wrapper_script(
     text = (f"#!/bin/sh\n# {comment}\n"
             f'case " $* " in *" -c "*|*" -E "*|*" -S "*|*" -M "*|*" -MM "*) {run(tail_s)} ;; esac\n')  # fmt: skip
     if program_link_flags:
-        return (text + f'case " $* " in *" -shared "*|*" -r "*) {run(tail_s, link)} ;; esac\n'
+        return (text + f'case " $* " in {NOT_A_PROGRAM}) {run(tail_s, link)} ;; esac\n'
                 f"{run(tail_s, link, shlex.join(program_link_flags))}\n")  # fmt: skip
     return text + f"{run(tail_s, link)}\n"
 
