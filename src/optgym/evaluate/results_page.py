@@ -221,15 +221,14 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
         rows.append([f"`{name}`", modules, *cells, *["—"] * (count - len(cells))])
     unseen = [m for name, m in measured.items() if not name.endswith("(test)")]
     clang = sum(m["clang_text_bytes"] for m in unseen)
-    if clang:
+    if clang and len(unseen) > 1:  # one set's pooled row would repeat its own
         pooled = [
             _ratio(sum(m["prefixes"][i]["total_ratio"] * m["clang_text_bytes"] for m in unseen) / clang)
             + (f", {worse} worse" if (worse := sum(m["prefixes"][i]["over_1pct"] for m in unseen)) else "")
             for i in range(min(len(m["prefixes"]) for m in unseen))
         ]
         modules = sum(m["prefixes"][0]["modules"] for m in unseen)
-        sets = f"{len(unseen)} sets" if len(unseen) > 1 else "set"
-        rows.append([f"the {sets} outside the training list", modules, *pooled])
+        rows.append([f"the {len(unseen)} sets outside the training list", modules, *pooled])
     out += [
         "Berkeley text against clang-22 `-Oz` with the first N candidates (`maintainer/portfolio.py measure --record`; "
         "`CORPUS (test)` is that corpus's held-out split):",
