@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -31,10 +32,30 @@ os.environ["OPTGYM_CANDIDATES"] = "0"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the run's directory: session fixtures are torn down by now, and the leftover checks
-    (:func:`no_leftovers`) ran at the end of each test that asked for them."""
+    """Stop the policy servers the run's compiles started, and remove the run's directory: session fixtures are
+    torn down by now, and the leftover checks (:func:`no_leftovers`) ran at the end of each test that asked for
+    them. A server idles on for a minute by design (``OPTGYM_SERVER_IDLE``); after a test run nothing will
+    reuse it, so it goes now rather than outlive the run."""
     if _OWNER:
+        _stop_servers_of_this_run()
         shutil.rmtree(_RUN_DIR, ignore_errors=True)
+
+
+def _stop_servers_of_this_run() -> None:
+    """Terminate every other process whose runtime directory is this run's (the servers and what they run)."""
+    mine = str(_RUN_DIR / "run")
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and process.environ().get("XDG_RUNTIME_DIR") == mine:
+                process.terminate()
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    _, alive = psutil.wait_procs(found, timeout=5)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 from optgym.corpus.embedded import corpus_from_sources  # noqa: E402
