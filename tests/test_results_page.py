@@ -8,7 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from optgym.evaluate.results_page import PORTFOLIO, PRETRAINED_DIR, THINLTO_PLAN, results_page
+import pytest
+
+from optgym.evaluate.results_page import (
+    PORTFOLIO,
+    PRETRAINED_DIR,
+    README_BEGIN,
+    README_END,
+    THINLTO_PLAN,
+    readme_results,
+    results_page,
+    with_readme_results,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
@@ -145,6 +156,35 @@ def test_the_page_follows_the_files(tmp_path):
 def test_committed_results_page_is_the_generated_one():
     committed = (ROOT / "docs" / "results.md").read_text()
     assert committed == results_page(), "docs/results.md is stale: run `optgym results-page -o docs/results.md`"
+
+
+def test_committed_readme_results_are_the_generated_ones():
+    readme = (ROOT / "README.md").read_text()
+    assert README_BEGIN in readme and README_END in readme
+    stale = "README.md's results are stale: run `optgym results-page --readme README.md`"
+    assert with_readme_results(readme) == readme, stale
+
+
+def test_the_readme_results_follow_the_files(tmp_path):
+    """Each row of the README's table is read from a shipped file: a portfolio's held-out figure, the inliner's
+    pooled sets, a ThinLTO plan's newest set; a target whose portfolio records no outside set says so."""
+    shutil.copytree(PRETRAINED_DIR, tmp_path / "pretrained", ignore=shutil.ignore_patterns("*.onnx"))
+    root = tmp_path / "pretrained"
+    path = root / "aarch64" / PORTFOLIO
+    portfolio = json.loads(path.read_text())
+    held = next(name for name in portfolio["measured"] if name.endswith("(test)"))
+    portfolio["measured"] = {held: portfolio["measured"][held]}
+    portfolio["measured"][held]["prefixes"][portfolio["default_candidates"] - 1]["total_ratio"] = 0.12344
+    path.write_text(json.dumps(portfolio))
+    rows = {r[0]: r for r in _table_rows(readme_results(root))}
+    assert rows["AArch64 C"][3].startswith("**0.1234**") and rows["AArch64 C"][4] == "none measured yet"
+    inliner = json.loads((PRETRAINED_DIR / "inline-size.provenance.json").read_text())
+    sets = [e for e in inliner["figures"]["unseen_packages_with_shipped_policies"] if e.get("C++", {}).get("evaluated")]
+    modules = sum(e["C++"]["evaluated"] for e in sets)
+    assert f"({modules} modules;" in rows["x86-64 C++"][4] and f"{len(sets)} sets" in rows["x86-64 C++"][4]
+    assert {"x86-64 C", "Cortex-M4 C", "x86-64 ThinLTO", "AArch64 ThinLTO"} <= rows.keys()
+    with pytest.raises(ValueError, match="no results block"):
+        with_readme_results("# a README without the block\n", root)
 
 
 def test_results_page_command(tmp_path):

@@ -359,10 +359,20 @@ def export(
 @app.command("results-page")
 def results_page(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write the page here (default: stdout)")] = None,
+    readme: Annotated[
+        Path | None, typer.Option("--readme", help="also regenerate this README's results block (its marker lines)")
+    ] = None,
 ) -> None:
     """The results page (docs/results.md), generated from the shipped provenance files and the C portfolio."""
     from optgym.evaluate.results_page import results_page as generate
+    from optgym.evaluate.results_page import with_readme_results
 
+    if readme is not None:
+        try:
+            readme.write_text(with_readme_results(readme.read_text()))
+        except (OSError, ValueError) as e:
+            _fail(f"{readme}: {e}")
+        console.print(f"{readme}: results block regenerated", highlight=False)
     text = generate()
     if output is None:
         print(text, end="")
