@@ -57,7 +57,7 @@ from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
 from optgym.policies.portfolio import FORMAT, PASS_OPTIONS, PRETRAINED_PORTFOLIO, Candidate, load_portfolio
 from optgym.policies.scorer import CandidateScorer
-from optgym.train.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio
+from optgym.train.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio, summarize
 
 SHIPPED = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
 #: ``--wide``: more options of passes ``-Oz`` runs anyway (thresholds, or one such pass skipped), each checked to
@@ -210,7 +210,7 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample, allowed
 
     def total(name: str) -> float | None:
         rows = table[name]
-        return sum(rows[m].policy_text for m in ok) / base if all(rows[m].ok for m in ok) and allowed(name) else None
+        return sum(rows[m].images[1] for m in ok) / base if all(rows[m].ok for m in ok) and allowed(name) else None
 
     alone = {n: t for n in options if (t := total(n)) is not None}
     shortlist = sorted(alone, key=alone.__getitem__)[:SHORTLIST]
@@ -236,7 +236,7 @@ def combine(first, entries, table, ok, base, steps, log, compile_sample, allowed
 
 def worse_share(rows: dict[str, ModuleRow], clang: dict[str, int]) -> float:
     """The share of the modules of ``clang`` (module → clang's bytes) that ``rows`` compile more than 1 % larger."""
-    return sum(rows[m].policy_text > 1.01 * bytes_ for m, bytes_ in clang.items()) / len(clang)
+    return sum(rows[m].images[1] > 1.01 * bytes_ for m, bytes_ in clang.items()) / len(clang)
 
 
 def _short(entry: str) -> str:
@@ -255,11 +255,13 @@ def choose(args: argparse.Namespace) -> int:
     entries = pool(out / "pool", args.wide, args.allocator, args.size_passes, scorers)
     table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
     ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
-    clang = {m: table[next(iter(entries))][m].heuristic_text for m in ok}
+    # every size here is Berkeley text + data: an option that moves constants into writable sections (global merge
+    # of constants, in position-independent code) must not look like a saving (optgym.toolchain.sizes)
+    clang = {m: table[next(iter(entries))][m].images[0] for m in ok}
     base = sum(clang.values())
 
     def total(chosen: list[str]) -> int:
-        return sum(min([clang[m], *(table[name][m].policy_text for name in chosen)]) for m in ok)
+        return sum(min([clang[m], *(table[name][m].images[1] for name in chosen)]) for m in ok)
 
     def allowed(name: str) -> bool:  # --max-worse: few enough sample modules > 1 % worse, for a compile alone
         return args.max_worse is None or worse_share(table[name], clang) <= args.max_worse
@@ -267,7 +269,7 @@ def choose(args: argparse.Namespace) -> int:
     eligible = [name for name in entries if allowed(name)]
     if not eligible:
         sys.exit(f"no entry leaves at most {args.max_worse} of the sample's modules > 1 % worse (--max-worse)")
-    first = min(eligible, key=lambda name: sum(table[name][m].policy_text for m in ok))
+    first = min(eligible, key=lambda name: sum(table[name][m].images[1] for m in ok))
     if first == next(iter(entries)) and args.allocator != "shipped" and not scorers:
         sys.exit("no pass option compiles the training sample smaller than clang: nothing to choose")
     combined: list[dict] = []
@@ -275,7 +277,7 @@ def choose(args: argparse.Namespace) -> int:
         first = combine(first, entries, table, ok, base, args.combine, combined,
                         lambda policies, flags: sizes(corpus, sample, policies, flags, args.workers),
                         allowed=allowed)  # fmt: skip
-    chosen, figures = [first], [{"candidate": first, "alone": sum(table[first][m].policy_text for m in ok) / base}]
+    chosen, figures = [first], [{"candidate": first, "alone": sum(table[first][m].images[1] for m in ok) / base}]
     figures.append({"candidate": "clang", "best_of": total(chosen) / base})
     while len(chosen) + 1 < args.size:
         pick = min((n for n in entries if n not in chosen), key=lambda n: total([*chosen, n]))
@@ -303,7 +305,8 @@ def choose(args: argparse.Namespace) -> int:
     portfolio = {"format": FORMAT, "family": "C", "candidates": candidates, "default_candidates": args.default,
                  "chosen_on": {"command": " ".join(["python -m maintainer.portfolio", *sys.argv[1:]]),
                                "corpus": str(args.corpus), "split": "train", "modules": len(ok),
-                               "clang_text_bytes": base, "figures": figures,
+                               "clang_text_and_data_bytes": base, "metric": "Berkeley text + data",
+                               "figures": figures,
                                **({"combined": combined} if combined else {})}}  # fmt: skip
     (out / "portfolio-c.json").write_text(json.dumps(portfolio, indent=1) + "\n")
     print(f"{out / 'portfolio-c.json'}: {len(candidates)} candidates, training sample {total(chosen) / base:.4f}")
@@ -325,10 +328,13 @@ def measure(args: argparse.Namespace) -> int:
         clang = sum(r.heuristic_text or 0 for r in rows)
         text = sum(r.policy_text or 0 for r in rows)
         worse = sum(r.ratio > 1.01 for r in rows if r.ratio)
+        both = summarize(rows)["text_and_data_ratio"]  # None where a row's record predates data
         name = portfolio.candidates[count - 1].name
         default = " — the default build" if count == portfolio.default_count else ""
-        print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse{default}")
-        figures.append({"compiles": count, "total_ratio": text / clang, "over_1pct": worse, "modules": len(rows)})
+        print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse"
+              f"{f'; text + data {both:.4f}' if both else ''}{default}")  # fmt: skip
+        figures.append({"compiles": count, "total_ratio": text / clang, "over_1pct": worse, "modules": len(rows),
+                        **({"text_and_data_ratio": both} if both else {})})  # fmt: skip
         if count == 1:  # what optgym-cc builds with one compile: objects under 2 kB guarded by clang's own compile
             two_kb = guarded(rows, GUARD_BELOW)
             print(f"  as optgym-cc builds it (guarded below {GUARD_BELOW} B): {two_kb['total_ratio']:.4f}, "

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -29,7 +28,7 @@ from optgym.policies.portfolio import (
     load_portfolio,
 )
 from optgym.toolchain import object_sizes
-from optgym.train.evaluation import evaluate, evaluate_portfolio
+from optgym.train.evaluation import ModuleRow, evaluate, evaluate_portfolio
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -391,6 +390,14 @@ def test_a_candidate_whose_policy_does_not_load_is_passed_over(port_corpus, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1.o", "2.o", "damaged.onnx", "mine.json", "port.c"]
 
 
+def _row(module: str, text: int | None, data: int = 0, clang: tuple[int, int] = (1000, 0)) -> ModuleRow:
+    """A made-up module's row for the chooser's rules: ``text`` and ``data`` bytes (``None``: it failed) against
+    clang's ``(text, data)``."""
+    ok = text is not None
+    return ModuleRow(module, clang[0], text, None, None, None, text / clang[0] if ok else None, 0, 0, 0.0,
+                     "ok" if ok else "failed", heuristic_data=clang[1], policy_data=data if ok else None)  # fmt: skip
+
+
 def test_choose_combine_adds_options_greedily_while_they_save_enough():
     """``python -m maintainer.portfolio choose --combine``'s rule on a made-up sample (the rule itself, not the
     compiles): each option saves its own bytes in one compile with the others; the greedy takes the largest saver first,
@@ -405,7 +412,7 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
         for m in modules:
             ok = not {"-first", "-broken"} <= set(flags) or m != "m3"  # fine alone, fails with the first's option
             text = 1000 - sum(saving[f] for f in flags if f in saving)
-            rows[m] = SimpleNamespace(ok=ok, policy_text=text if ok else None)
+            rows[m] = _row(m, text if ok else None)
         return rows
 
     shipped = {"regalloc-evict": "pretrained"}
@@ -423,15 +430,55 @@ def test_choose_combine_adds_options_greedily_while_they_save_enough():
     assert not any("perturbed" in e["combination"] for e in log)
 
 
+def test_choose_counts_bytes_an_option_moves_into_data():
+    """Global merge of constants can move read-only bytes into ``.data.rel.ro``: Berkeley text falls, the object does
+    not shrink. The chooser sizes every entry by text + data, so such an option is neither a saving in a
+    combination nor a way to pass the regression cap."""
+    moved = {m: _row(m, 950, data=70) for m in ("m0", "m1")}  # 50 B out of text, 70 B into data
+    assert portfolio_tool.worse_share(moved, {"m0": 1000, "m1": 1000}) == 1.0
+    saving = {"-a": (30, 0), "-merge": (50, 70)}
+
+    def compile_sample(policies, flags):
+        return {m: _row(m, 1000 - sum(saving[f][0] for f in flags if f in saving),
+                        data=sum(saving[f][1] for f in flags if f in saving)) for m in ("m0", "m1")}  # fmt: skip
+
+    shipped = {"regalloc-evict": "pretrained"}
+    entries = {"first": (shipped, ("-first",))} | {f"shipped scorers, {f}": (shipped, (f,)) for f in saving}
+    table = {name: compile_sample(*entry) for name, entry in entries.items()}
+    name = portfolio_tool.combine("first", entries, table, ["m0", "m1"], 2000, 2, [], compile_sample)
+    assert name == "first + -a"
+
+
+def test_the_smaller_object_is_smaller_in_text_and_data(toolchain, tmp_path):
+    """``keep_smaller``, what optgym-cc keeps of two compiles of one object: a compile whose table moved from
+    ``.rodata`` (text) into ``.data`` is smaller in Berkeley text and larger in the file, and loses."""
+    from optgym.serve.guard import keep_smaller
+
+    values = ", ".join(str(i * 7 + 1) for i in range(100))
+    sources = {"rodata": f"const int t[100] = {{{values}}};", "data": f"int t[110] = {{{values}}};"}
+    objects = {}
+    for name, table in sources.items():
+        (tmp_path / f"{name}.c").write_text(f"{table}\nint get(int i) {{ return t[i]; }}\n")
+        objects[name] = tmp_path / f"{name}.o"
+        subprocess.run([toolchain.clang, "-Oz", "-c", tmp_path / f"{name}.c", "-o", objects[name]], check=True)
+    rodata, data = (object_sizes(objects[n]) for n in ("rodata", "data"))
+    assert data.text_bytes < rodata.text_bytes and data.image_bytes > rodata.image_bytes
+    before = objects["rodata"].read_bytes()
+    assert keep_smaller(str(objects["rodata"]), str(objects["data"])) == (rodata.image_bytes, data.image_bytes)
+    assert objects["rodata"].read_bytes() == before  # the build's own object stands
+    assert keep_smaller(str(objects["data"]), str(objects["rodata"])) == (data.image_bytes, rodata.image_bytes)
+    assert objects["data"].read_bytes() == before  # replaced by the smaller one
+
+
 def test_choose_max_worse_keeps_regressing_entries_out_of_the_first_candidate():
     """``--max-worse``: the share of modules > 1 % worse is counted against clang's bytes, and a combination the cap
     refuses is passed over however much it saves."""
-    rows = {m: SimpleNamespace(policy_text=t) for m, t in {"a": 1011, "b": 1010, "c": 900, "d": 1000}.items()}
+    rows = {m: _row(m, t) for m, t in {"a": 1011, "b": 1010, "c": 900, "d": 1000}.items()}
     assert portfolio_tool.worse_share(rows, dict.fromkeys("abcd", 1000)) == 0.25  # only a: 1 % is not worse
     modules = ["m0", "m1"]
 
     def compile_sample(policies, flags):
-        return {m: SimpleNamespace(ok=True, policy_text=1000 - 40 * ("-a" in flags) - 20 * ("-b" in flags))
+        return {m: _row(m, 1000 - 40 * ("-a" in flags) - 20 * ("-b" in flags))
                 for m in modules}  # fmt: skip
 
     shipped = {"regalloc-evict": "pretrained"}

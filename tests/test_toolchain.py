@@ -62,12 +62,13 @@ def test_parse_version():
         parse_version("gcc (Debian 12.2.0-14) 12.2.0")
 
 
-def _llvm_size(toolchain, obj: Path) -> tuple[int, int]:
+def _llvm_size(toolchain, obj: Path) -> tuple[int, int, int]:
+    """(Berkeley text, Berkeley data, ``.text*``) as ``llvm-size`` prints them."""
     berkeley = subprocess.run([toolchain.tool("llvm-size"), obj], capture_output=True, text=True, check=True)
-    text = int(berkeley.stdout.splitlines()[1].split()[0])
+    text, data = (int(n) for n in berkeley.stdout.splitlines()[1].split()[:2])
     sysv = subprocess.run([toolchain.tool("llvm-size"), "-A", obj], capture_output=True, text=True, check=True)
     dottext = sum(int(line.split()[1]) for line in sysv.stdout.splitlines() if line.startswith(".text"))
-    return text, dottext
+    return text, data, dottext
 
 
 @pytest.mark.parametrize("module", ["tree", "zoo", "leaf"])
@@ -77,8 +78,23 @@ def test_sizes_match_llvm_size(corpus, toolchain, tmp_path, module):
     obj = tmp_path / "m.o"
     assert run(corpus[module].argv(toolchain.clang, [], obj), timeout=120).status == "ok"
     sizes = object_sizes(obj)
-    assert (sizes.text_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
+    assert (sizes.text_bytes, sizes.data_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
     assert sizes.text_bytes > sizes.dottext_bytes > 0
+
+
+def test_data_is_berkeley_data_and_counts_in_the_image(toolchain, tmp_path):
+    """Writable data with contents (``.data``, a relocated constant table's ``.data.rel.ro``) is Berkeley
+    ``data``; ``.bss`` is neither: ``image_bytes`` is what the object puts in a file, text and data."""
+    (tmp_path / "d.c").write_text(
+        'int counter = 5;\nint scratch[64];\nconst char *const names[] = {"north", "east", "south"};\n'
+        "const char *name(int i) { scratch[i & 63] = i; return names[i % 3] + counter; }\n"
+    )
+    obj = tmp_path / "d.o"
+    subprocess.run([toolchain.clang, "-fPIC", "-Oz", "-c", tmp_path / "d.c", "-o", obj], check=True, timeout=120)
+    sizes = object_sizes(obj)
+    assert (sizes.text_bytes, sizes.data_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
+    assert sizes.data_bytes >= 4 + 3 * 8  # counter, and the table of three pointers
+    assert sizes.image_bytes == sizes.text_bytes + sizes.data_bytes
 
 
 def test_sizes_of_an_object_with_more_sections_than_the_elf_header_counts(toolchain, tmp_path):
@@ -96,7 +112,7 @@ def test_sizes_of_an_object_with_more_sections_than_the_elf_header_counts(toolch
     data = obj.read_bytes()
     assert int.from_bytes(data[0x3C:0x3E], "little") == 0, "the header's count moved into section 0"
     sizes = object_sizes(obj)
-    assert (sizes.text_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
+    assert (sizes.text_bytes, sizes.data_bytes, sizes.dottext_bytes) == _llvm_size(toolchain, obj)
     assert sizes.dottext_bytes == sections // 2
     broken = bytearray(data)
     shoff = int.from_bytes(data[0x28:0x30], "little")

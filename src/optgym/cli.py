@@ -156,6 +156,8 @@ def _print_summary(report: dict, title: str) -> None:
                   f"{report['total_ratio']:.4f}" if report["total_ratio"] else "—")  # fmt: skip
     table.add_row(".text", str(report["heuristic_dottext_bytes"]), str(report["policy_dottext_bytes"]),
                   f"{report['dottext_ratio']:.4f}" if report["dottext_ratio"] else "—")  # fmt: skip
+    if report.get("text_and_data_ratio"):
+        table.add_row("Berkeley text + data", "", "", f"{report['text_and_data_ratio']:.4f}")
     if report["never_inline_text_bytes"] is not None:
         table.add_row("never inline", "", str(report["never_inline_text_bytes"]), "")
     if report.get("guarded_ratio"):

@@ -15,7 +15,8 @@ from typing import Any
 
 from optgym.files import atomic_write_bytes, cache_root
 
-CACHE_FORMAT_VERSION = 1
+#: 2: compile results carry ``data_bytes`` (Berkeley ``data``) beside ``text_bytes``
+CACHE_FORMAT_VERSION = 2
 
 
 class ResultCache:

@@ -65,6 +65,14 @@ def _markdown(report: dict[str, Any], rows: Sequence[ModuleRow], plots: list[str
         f"| .text (bytes) | {report['heuristic_dottext_bytes']} | {report['policy_dottext_bytes']} "
         f"| {_fmt(report['dottext_ratio'])} |",
         *(
+            [
+                f"| Berkeley text + data (what moved into writable sections counts too) | | | "
+                f"{_fmt(report['text_and_data_ratio'])} |"
+            ]
+            if report.get("text_and_data_ratio") is not None
+            else []
+        ),
+        *(
             [f"| never inline (bytes) | | {report['never_inline_text_bytes']} | |"]
             if report["never_inline_text_bytes"] is not None
             else []

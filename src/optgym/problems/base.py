@@ -304,7 +304,7 @@ class ObjectSizeObjective:
 
     def measure(self, obj: bytes) -> Metrics:
         sizes = object_sizes(obj)
-        return {"text_bytes": sizes.text_bytes, "dottext_bytes": sizes.dottext_bytes}
+        return {"text_bytes": sizes.text_bytes, "dottext_bytes": sizes.dottext_bytes, "data_bytes": sizes.data_bytes}
 
     def reward(self, policy: Mapping[str, float], baseline: Mapping[str, float]) -> float:
         return 1.0 - (policy["text_bytes"] + self.delta) / (baseline["text_bytes"] + self.delta)

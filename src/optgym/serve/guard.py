@@ -77,10 +77,12 @@ def sibling(output: str) -> str:
 
 
 def keep_smaller(output: str, other: str) -> tuple[int, int]:
-    """The Berkeley text of ``output`` and of ``other``, a compile of the same object; ``other`` replaces
-    ``output`` only when strictly smaller (a tie keeps the build's own compile). ``OSError``/``ElfError`` when
-    either is unreadable."""
-    mine, theirs = object_sizes(output).text_bytes, object_sizes(other).text_bytes
+    """The Berkeley ``text + data`` of ``output`` and of ``other``, a compile of the same object; ``other``
+    replaces ``output`` only when strictly smaller (a tie keeps the build's own compile). ``text + data``, not
+    ``text``: a pass option that moves constants into writable sections (global merge of constants) shrinks
+    ``text`` and not the program (:mod:`optgym.toolchain.sizes`). ``OSError``/``ElfError`` when either is
+    unreadable."""
+    mine, theirs = object_sizes(output).image_bytes, object_sizes(other).image_bytes
     if theirs < mine:
         os.replace(other, output)
     return mine, theirs
@@ -222,7 +224,7 @@ class Guard:
             policy, reference = keep_smaller(self.output, self.reference)
         except (OSError, ElfError) as e:
             return {"guard": "policy", "guard_detail": f"sizes unreadable: {e}"}
-        return {"guard": "clang" if reference < policy else "policy", "policy_text": policy, "clang_text": reference}
+        return {"guard": "clang" if reference < policy else "policy", "policy_image": policy, "clang_image": reference}
 
     def close(self) -> None:
         """Kill the reference if it still runs and remove its file: safe on every path, twice too."""

@@ -46,10 +46,19 @@ class ModuleRow:
     compile_seconds: float
     status: str
     detail: str = ""
+    heuristic_data: int | None = None  # Berkeley data: None where the compile's record predates it
+    policy_data: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def images(self) -> tuple[int, int]:
+        """``(heuristic, policy)`` Berkeley ``text + data``: what a portfolio compares, since an option can move
+        bytes from text into data (:mod:`optgym.toolchain.sizes`). Only for a row that is ``ok``."""
+        heuristic, policy = self.texts
+        return heuristic + (self.heuristic_data or 0), policy + (self.policy_data or 0)
 
     @property
     def texts(self) -> tuple[int, int]:
@@ -155,6 +164,8 @@ def evaluate_module(task: _Task) -> ModuleRow:
         decisions_differing=differing,
         compile_seconds=result.compile_seconds,
         status="ok",
+        heuristic_data=h.get("data_bytes"),
+        policy_data=p.get("data_bytes"),
     )
 
 
@@ -202,10 +213,20 @@ def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
             for r in ok
         ),
         "dottext_ratio": pd / hd if hd else None,
+        # Berkeley text + data: a pass option's bytes moved into writable sections count here (None: unrecorded)
+        "text_and_data_ratio": _text_and_data_ratio(ok),
         "geomean_ratio": math.exp(sum(logs) / len(logs)) if logs else None,
         "decisions": total("decisions"),
         "decisions_differing": total("decisions_differing"),
     }
+
+
+def _text_and_data_ratio(rows: Sequence[ModuleRow]) -> float | None:
+    """Policy ÷ clang in Berkeley ``text + data`` over ``rows`` (all ``ok``), or None if any lacks its data."""
+    if not rows or any(r.heuristic_data is None or r.policy_data is None for r in rows):
+        return None
+    heuristic = sum(r.images[0] for r in rows)
+    return sum(r.images[1] for r in rows) / heuristic if heuristic else None
 
 
 def companion_factories(
@@ -337,14 +358,14 @@ def evaluate_portfolio(
             combined.append(first)
             continue
         kept, label = first, runs[0][0]
-        for other, other_rows in runs[1:]:
+        for other, other_rows in runs[1:]:  # by text + data, as optgym-cc keeps an object (keep_smaller)
             row = other_rows[name]
-            if row.ok and row.texts[1] < kept.texts[1]:
+            if row.ok and row.images[1] < kept.images[1]:
                 kept, label = row, other
-        (heuristic, text), dottext = kept.texts, kept.policy_dottext
-        if with_clang and heuristic < text:
-            text, dottext, label = heuristic, kept.heuristic_dottext, "clang"
+        (heuristic, text), dottext, data = kept.texts, kept.policy_dottext, kept.policy_data
+        if with_clang and kept.images[0] < kept.images[1]:
+            text, dottext, data, label = heuristic, kept.heuristic_dottext, kept.heuristic_data, "clang"
         seconds = sum(by_module[name].compile_seconds for _, by_module in runs)
-        combined.append(replace(kept, policy_text=text, policy_dottext=dottext, detail=label, compile_seconds=seconds,
-                                ratio=text / heuristic if heuristic else 1.0))  # fmt: skip
+        combined.append(replace(kept, policy_text=text, policy_dottext=dottext, policy_data=data, detail=label,
+                                compile_seconds=seconds, ratio=text / heuristic if heuristic else 1.0))  # fmt: skip
     return combined
