@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 APT_PACKAGES := clang-22 llvm-22 lld-22 python3-venv gcc make cmake util-linux \
   bear meson ninja-build autoconf automake libtool libtool-bin pkg-config dpkg-dev csmith libcsmith-dev \
-  libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user picolibc-arm-none-eabi
+  libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user qemu-system-arm \
+  picolibc-arm-none-eabi
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
@@ -12,8 +13,8 @@ PYTEST_ARGS ?=
 
 all: test
 
-## Debian packages: clang-22 and its tools come from bookworm-security; the arm64 cross libraries, qemu-user and
-## picolibc are for the AArch64 and Cortex-M corpora and tests (docs/targets.md).
+## Debian packages: clang-22 and its tools come from bookworm-security; the arm64 cross libraries, qemu-user,
+## qemu-system-arm and picolibc are for the AArch64 and Cortex-M corpora and tests (docs/targets.md).
 system-deps:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	  echo ">> installing Debian packages: $(APT_PACKAGES)"; \

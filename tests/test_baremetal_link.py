@@ -138,7 +138,47 @@ def test_a_program_links_through_the_corpus_wrappers(toolchain, tmp_path):
                                   text=True).stderr  # fmt: skip
         assert "ld.lld" in commands
         assert (str(CORTEX_M_SCRIPT) in commands) is runtime
-        assert (str(PICOLIBC_ARM / "lib" / "thumb" / "v7e-m" / "nofp" / "crt0.o") in commands) is runtime
+        assert (str(PICOLIBC_ARM / "lib" / "thumb" / "v7e-m" / "nofp" / "crt0-semihost.o") in commands) is runtime
+
+
+needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason="`make setup` installs qemu-system-arm")
+
+
+@needs_picolibc
+@needs_qemu
+def test_a_cortex_m_program_runs_under_qemu_with_its_arguments_files_and_exit_code(toolchain, tmp_path):
+    """A program linked through the corpus wrappers runs on an emulated Cortex-M4 board (``Target.emulator``, the
+    emulator CMake and Meson get): picolibc's semihosting start file hands it its arguments (a comma in one too),
+    its stdout reaches ours, it reads a file of this machine, 64-bit division, TLS and zeroed data work, and
+    ``main``'s return is the exit code."""
+    tail = (*CORTEX_M4.compile_flags, *EMBED, *NO_LTO)
+    cc, _ = write_compiler_wrappers(tmp_path / "bin", str(toolchain.clang), str(toolchain.tool("clang++")), "-Oz",
+                                    tail, CORTEX_M4.link_flags, CORTEX_M4.program_link_flags)  # fmt: skip
+    (tmp_path / "p.c").write_text(PROGRAM)
+    (tmp_path / "cat.c").write_text(
+        '#include <stdio.h>\nint main(int argc, char **argv) {\n  char line[80];\n  FILE *f = fopen(argv[1], "r");\n'
+        '  if (!f || !fgets(line, sizeof line, f)) return 9;\n  printf("%s|%s|%d\\n", line, argv[2], argc);\n'
+        "  return 0;\n}\n"
+    )
+    (tmp_path / "in.txt").write_text("from the host\n")
+    for name in ("p", "cat"):
+        linked = subprocess.run([cc, f"{name}.c", "-o", f"{name}.elf"], cwd=tmp_path, capture_output=True, text=True)
+        assert linked.returncode == 0, linked.stderr
+    emulator = CORTEX_M4.emulator()
+    assert emulator is not None and "mps2-an386" in emulator
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*emulator, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    alone, two = run("p.elf"), run("p.elf", "a", "b")  # argc 1: 2^40 / 3; argc 3: 3·2^40 / 3
+    assert (alone.returncode, alone.stdout) == (2**40 % 3, f"progr {2**40 // 3} 5\n"), alone.stderr
+    assert (two.returncode, two.stdout) == (0, f"progr {2**40} 5\n"), two.stderr
+    cat = run("cat.elf", "in.txt", "x,y")
+    assert (cat.returncode, cat.stdout) == (0, "from the host\n|x,y|3\n"), cat.stderr
+    assert run("cat.elf", "missing.txt", "z").returncode == 9
+    spaced = run("cat.elf", "in.txt", "two words")
+    assert spaced.returncode == 2 and "spaces" in spaced.stderr
+    assert Target("thumbv6m-none-eabi", ("-mcpu=cortex-m0",)).emulator() is None  # no MPS2 board for an M0
 
 
 def test_other_targets_wrappers_are_untouched(tmp_path):

@@ -20,10 +20,11 @@ cross-compiles, so it neither runs what it builds nor looks for this machine's l
 * plain Make: nothing more than the wrappers.
 
 A bare-metal Cortex-M target links its programs when Debian's picolibc has the multilib for its flags
-(:func:`bare_metal_runtime`): each link of a program gets picolibc's ``crt0.o``, ``libc.a`` and semihosting,
-the multilib's ``libgcc.a`` and optgym's generic Cortex-M linker script (``baremetal/cortex-m.ld``), so a
-configure script's compiler check passes and its function checks link against a real C library. The programs
-are not meant to run on any chip.
+(:func:`bare_metal_runtime`): each link of a program gets picolibc's semihosting start file, ``libc.a`` and
+semihosting I/O, the multilib's ``libgcc.a`` and optgym's generic Cortex-M linker script
+(``baremetal/cortex-m.ld``), so a configure script's compiler check passes and its function checks link against
+a real C library. The programs are no real chip's firmware, but they run here under QEMU's MPS2 boards
+(:mod:`optgym.corpus.qemu_system`), which is how a build's tests run for a Cortex-M.
 
 The module's ``-cc1`` command records the target clang compiled for (``-triple``): :func:`module_triple`.
 """
@@ -36,6 +37,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,10 +115,19 @@ class Target:
         return root if (root / "include").is_dir() or (root / "lib").is_dir() else None
 
     def emulator(self) -> list[str] | None:
-        """How this machine runs the target's Linux programs: qemu-user with the cross root as the loader's
-        prefix (``qemu-aarch64 -L /usr/aarch64-linux-gnu``) — what a build's tests need, since a container
-        has no binfmt handler to run them directly. ``None``: the target runs here natively, has no OS, or
-        qemu-user has no emulator for it."""
+        """How this machine runs the target's programs: a Linux target's under qemu-user with the cross root as
+        the loader's prefix (``qemu-aarch64 -L /usr/aarch64-linux-gnu``) — what a build's tests need, since a
+        container has no binfmt handler to run them directly; a Cortex-M's whose programs link (a picolibc
+        runtime) under QEMU's system emulator with semihosting (:mod:`optgym.corpus.qemu_system`). ``None``: the
+        target runs here natively, or nothing here emulates it."""
+        if self.bare_metal:
+            # imported here: `python -m optgym.corpus.qemu_system` imports this package first
+            from optgym.corpus.qemu_system import machine_for
+
+            board = machine_for(self.arch, self.flags) if bare_metal_runtime(self) else None
+            if board is None:
+                return None
+            return [sys.executable, "-m", "optgym.corpus.qemu_system", "--machine", board[0], "--cpu", board[1]]
         if not self.linux:
             return None
         arch = QEMU_ARCH.get(self.arch, "arm" if self.arch.startswith(("arm", "thumb")) else self.arch)
@@ -214,11 +225,20 @@ class BareMetalRuntime:
     script: Path = CORTEX_M_SCRIPT
 
     @property
+    def start_file(self) -> Path:
+        """picolibc's semihosting start file, ``crt0-semihost.o``, where the multilib has it (else ``crt0.o``): it
+        takes ``main``'s arguments from the semihosting command line and hands ``main``'s return to ``exit``, so a
+        program run under QEMU (:mod:`optgym.corpus.qemu_system`) gets its arguments and its exit code reaches
+        the host; plain ``crt0.o`` calls ``main`` with none and spins when it returns."""
+        semihost = self.libdir / "crt0-semihost.o"
+        return semihost if semihost.is_file() else self.libdir / "crt0.o"
+
+    @property
     def link_flags(self) -> tuple[str, ...]:
         """The link's flags: nothing of clang's own bare-metal runtime (``-nostdlib``: it has none installed),
-        picolibc's ``crt0.o``, ``libc`` and its semihosting I/O, ``libgcc``, and the script. ``-z norelro``: the
+        picolibc's start file, ``libc`` and its semihosting I/O, ``libgcc``, and the script. ``-z norelro``: the
         TLS template in RAM cannot sit next to the read-only data in flash, and relro means nothing without an OS."""
-        return ("-nostdlib", "-Wl,-z,norelro", "-T", str(self.script), str(self.libdir / "crt0.o"),
+        return ("-nostdlib", "-Wl,-z,norelro", "-T", str(self.script), str(self.start_file),
                 f"-L{self.libdir}", "-lc", "-lsemihost", str(self.libgcc))  # fmt: skip
 
 

@@ -1,0 +1,88 @@
+"""Run a bare-metal Cortex-M program on this machine: QEMU's system emulator, with ARM semihosting.
+
+    python -m optgym.corpus.qemu_system --machine mps2-an386 --cpu cortex-m4 [--timeout 300] PROGRAM [ARG…]
+
+A Linux target's programs run under qemu-user (:meth:`optgym.corpus.target.Target.emulator`). A bare-metal one
+has no OS to ask for a file, an argument or an exit, so its programs (linked by optgym against picolibc's
+``crt0-semihost.o`` and ``libsemihost``: :class:`optgym.corpus.target.BareMetalRuntime`) ask the debugger
+instead, through semihosting, and QEMU answers as the debugger would: the program's arguments, files of this
+machine (``fopen`` of a path relative to the working directory), its console on our stdout, and its exit code
+as QEMU's. So a CMake or Meson build's tests run unchanged (``CMAKE_CROSSCOMPILING_EMULATOR``, Meson's
+``exe_wrapper``), and ``optgym compare-build --test`` compares firmware whose test suite passed.
+
+The machines are ARM's MPS2 boards, whose memory holds optgym's generic Cortex-M map (code at 0, RAM at
+``0x20000000``: ``baremetal/cortex-m.ld``); :data:`MACHINES` picks one by CPU. What semihosting cannot carry is
+refused here, clearly: an argument with a space (QEMU splits its command line on spaces). A program that reads
+its standard input gets none (QEMU 7.2's semihosting console never reports end of file), so the run stops at
+``--timeout`` with exit 124, as ``timeout(1)`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+
+QEMU = "qemu-system-arm"
+#: An MPS2 board per Cortex-M CPU (its 4 MiB of RAM at 0 and at 0x20000000 fit optgym's linker script).
+MACHINES = {
+    "cortex-m3": "mps2-an385",
+    "cortex-m4": "mps2-an386",
+    "cortex-m7": "mps2-an500",
+    "cortex-m33": "mps2-an505",
+}
+#: The CPU of a triple's architecture when the build names none (clang's own default for it).
+ARCH_CPUS = {"thumbv7m": "cortex-m3", "thumbv7em": "cortex-m4", "thumbv8m.main": "cortex-m33"}
+DEFAULT_TIMEOUT = 300.0
+TIMED_OUT = 124
+
+
+def machine_for(arch: str, flags: list[str] | tuple[str, ...]) -> tuple[str, str] | None:
+    """``(machine, cpu)`` for a Cortex-M target (its triple's architecture and its flags' ``-mcpu``), or
+    ``None`` when no MPS2 board emulates that CPU (a Cortex-M0, say) or QEMU is not installed."""
+    cpus = [f.removeprefix("-mcpu=") for f in flags if f.startswith("-mcpu=")]
+    cpu = (cpus[-1] if cpus else ARCH_CPUS.get(arch, "")).split("+")[0]
+    if cpu not in MACHINES or shutil.which(QEMU) is None:
+        return None
+    return MACHINES[cpu], cpu
+
+
+def command(machine: str, cpu: str, program: str, args: list[str]) -> list[str]:
+    """QEMU's command line running ``program`` with ``args``: semihosting on, its console on our stdout, no
+    display, no serial port, no monitor. Raises ``ValueError`` for an argument semihosting cannot pass."""
+    if bad := [a for a in args if any(c.isspace() for c in a)]:
+        raise ValueError(f"semihosting splits arguments on spaces, so it cannot pass {bad[0]!r}")
+    # one "arg=" per argument, commas doubled (QEMU's option syntax); picolibc's start file names argv[0] itself,
+    # and with no "arg=" at all QEMU would pass the kernel's file name as an argument: an empty one then
+    config = ",".join(["enable=on", "target=native", "chardev=console",
+                       *(f"arg={a.replace(',', ',,')}" for a in args or [""])])  # fmt: skip
+    return [QEMU, "-M", machine, "-cpu", cpu, "-display", "none", "-serial", "none", "-monitor", "none",
+            "-chardev", "stdio,id=console,signal=off", "-semihosting-config", config, "-kernel", program]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--machine", required=True, help=f"an MPS2 board ({', '.join(sorted(MACHINES.values()))})")
+    parser.add_argument("--cpu", required=True)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds; then exit 124")
+    parser.add_argument("program")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(argv)
+    try:
+        cmd = command(opts.machine, opts.cpu, opts.program, opts.args)
+    except ValueError as e:
+        print(f"optgym qemu_system: {e}", file=sys.stderr)
+        return 2
+    if shutil.which(QEMU) is None:
+        print(f"optgym qemu_system: {QEMU} is not installed (Debian: apt-get install qemu-system-arm)", file=sys.stderr)
+        return 127
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=opts.timeout).returncode
+    except subprocess.TimeoutExpired:
+        print(f"optgym qemu_system: {opts.program} still ran after {opts.timeout:g} s", file=sys.stderr)
+        return TIMED_OUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
