@@ -124,7 +124,7 @@ def test_a_program_links_through_the_corpus_wrappers(toolchain, tmp_path):
         assert _elf_machine(tmp_path / elf) == EM_ARM
     symbols = _symbols(toolchain, tmp_path / "p.elf")
     assert {"main", "printf", "malloc", "memcpy", "__aeabi_uldivmod", "_start"} <= symbols.keys()
-    assert symbols["__interrupt_vector"] == 0 and symbols["__stack"] == 0x20000000 + 256 * 1024
+    assert symbols["__interrupt_vector"] == 0 and symbols["__stack"] == 0x20000000 + 4 * 1024 * 1024
     image = subprocess.run([str(toolchain.tool("llvm-objcopy")), "-O", "binary", "--only-section=.text",
                             str(tmp_path / "p.elf"), "-"], capture_output=True, check=True).stdout  # fmt: skip
     stack, reset = struct.unpack_from("<II", image)

@@ -25,15 +25,15 @@ import subprocess
 import sys
 
 QEMU = "qemu-system-arm"
-#: An MPS2 board per Cortex-M CPU (its 4 MiB of RAM at 0 and at 0x20000000 fit optgym's linker script).
+#: An MPS2 board per Cortex-M CPU (its 4 MiB of RAM at 0 and at 0x20000000 fit optgym's linker script). The
+#: Cortex-M33's board (AN505) maps its memory for TrustZone elsewhere, and no board here emulates an M0 or M0+.
 MACHINES = {
     "cortex-m3": "mps2-an385",
     "cortex-m4": "mps2-an386",
     "cortex-m7": "mps2-an500",
-    "cortex-m33": "mps2-an505",
 }
 #: The CPU of a triple's architecture when the build names none (clang's own default for it).
-ARCH_CPUS = {"thumbv7m": "cortex-m3", "thumbv7em": "cortex-m4", "thumbv8m.main": "cortex-m33"}
+ARCH_CPUS = {"thumbv7m": "cortex-m3", "thumbv7em": "cortex-m4"}
 DEFAULT_TIMEOUT = 300.0
 TIMED_OUT = 124
 
