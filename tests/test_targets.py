@@ -789,7 +789,8 @@ def test_compare_build_gives_both_builds_the_target(tmp_path):
 def test_a_linux_target_runs_under_qemu_user_and_others_do_not():
     """What runs a target's programs here: qemu-user with Debian's cross root for another Linux architecture —
     handed to CMake (``CMAKE_CROSSCOMPILING_EMULATOR``) and Meson (``exe_wrapper``) — nothing for this machine's
-    own architecture or for bare metal, which has no OS to emulate."""
+    own architecture, nor for bare metal whose programs do not link (no picolibc multilib: a RISC-V) or that no
+    emulated board runs; a Cortex-M's board is :mod:`optgym.corpus.qemu_system`'s (tests/test_baremetal_link.py)."""
     from optgym.corpus.target import Target
 
     qemu = shutil.which("qemu-aarch64")
@@ -800,8 +801,13 @@ def test_a_linux_target_runs_under_qemu_user_and_others_do_not():
         assert aarch64.emulator() == [qemu, "-L", "/usr/aarch64-linux-gnu"]
         assert f"-DCMAKE_CROSSCOMPILING_EMULATOR={qemu};-L;/usr/aarch64-linux-gnu" in aarch64.cmake_args()
     assert Target("x86_64-linux-gnu").emulator() is None
-    assert Target("thumbv7em-none-eabi").emulator() is None
-    assert not any("EMULATOR" in a for a in Target("thumbv7em-none-eabi").cmake_args())
+    assert Target("riscv32-unknown-elf").emulator() is None
+    assert not any("EMULATOR" in a for a in Target("riscv32-unknown-elf").cmake_args())
+    cortex_m4 = Target("thumbv7em-none-eabi", ("-mcpu=cortex-m4", "-mthumb"))
+    if cortex_m4.emulator() is not None:  # picolibc and qemu-system-arm installed (make setup)
+        board = ";".join(cortex_m4.emulator())
+        assert "optgym.corpus.qemu_system" in board
+        assert f"-DCMAKE_CROSSCOMPILING_EMULATOR={board}" in cortex_m4.cmake_args()
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("qemu-aarch64") is None,
