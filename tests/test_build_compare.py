@@ -125,13 +125,15 @@ def compare_build(src: Path, out: Path, *args: str, **env: str) -> tuple[subproc
     return proc, json.loads(report_file.read_text())
 
 
-def llvm_size(path: Path) -> tuple[int, int]:
-    """Berkeley text (summed over an archive's members) and the ``.text*`` total, from ``llvm-size`` itself."""
+def llvm_size(path: Path) -> tuple[int, int, int]:
+    """Berkeley text and data (each summed over an archive's members) and the ``.text*`` total, from ``llvm-size``
+    itself."""
     berkeley = subprocess.run([LLVM_SIZE, str(path)], capture_output=True, text=True, check=True).stdout
-    text = sum(int(line.split()[0]) for line in berkeley.splitlines()[1:] if line.strip())
+    rows = [line.split() for line in berkeley.splitlines()[1:] if line.strip()]
+    text, data = sum(int(r[0]) for r in rows), sum(int(r[1]) for r in rows)
     sysv = subprocess.run([LLVM_SIZE, "-A", str(path)], capture_output=True, text=True, check=True).stdout
     dottext = sum(int(line.split()[1]) for line in sysv.splitlines() if line.startswith(".text"))
-    return text, dottext
+    return text, data, dottext
 
 
 def check_sizes(report: dict, rows: str) -> None:
@@ -140,7 +142,7 @@ def check_sizes(report: dict, rows: str) -> None:
         for variant in ("plain", "optgym"):
             path = Path(report["builds"][variant]["tree"]) / row["path"]
             figures = row[variant]
-            assert (figures["text"], figures["dottext"]) == llvm_size(path), (variant, row["path"])
+            assert (figures["text"], figures["data"], figures["dottext"]) == llvm_size(path), (variant, row["path"])
             assert figures["file"] == path.stat().st_size
 
 
@@ -150,7 +152,7 @@ def check_report_files(proc: subprocess.CompletedProcess, report: dict, out: Pat
     assert proc.stdout.strip() == markdown.strip()
     assert "LINKED sizes" in markdown
     for row in report["outputs"]:
-        cells = [str(row[v][f]) for f in ("text", "dottext", "file") for v in ("plain", "optgym")]
+        cells = [str(row[v][f]) for f in ("text", "data", "dottext", "file") for v in ("plain", "optgym")]
         line = next(line for line in markdown.splitlines() if line.startswith(f"| {row['path']} |"))
         assert [c.strip() for c in line.split("|")[2:-1:3]] == cells[0::2]  # plain columns
         assert [c.strip() for c in line.split("|")[3:-1:3]] == cells[1::2]  # optgym columns
@@ -289,7 +291,8 @@ def test_archive_sizes_regular_thin_and_bitcode(tmp_path):
         subprocess.run([f"{llvm}/llvm-ar", flags, archive, *members], cwd=tmp_path, check=True)
     for archive in ("libx.a", "libt.a"):
         sizes = archive_sizes(tmp_path / archive)
-        assert (sizes.text_bytes, sizes.dottext_bytes) == llvm_size(tmp_path / archive) and sizes.elf_members == 2
+        assert (sizes.text_bytes, sizes.data_bytes, sizes.dottext_bytes) == llvm_size(tmp_path / archive)
+        assert sizes.elf_members == 2
     assert (
         archive_sizes(tmp_path / "liby.a").bitcode_members == 1 and archive_sizes(tmp_path / "liby.a").text_bytes == 0
     )

@@ -465,18 +465,23 @@ def run_tests(system: str, opts: CompareOptions, tools: Tools, tree: Path, env: 
 
 # -- sizes ------------------------------------------------------------------------------------------------
 
-SIZE_FIELDS = ("text", "dottext", "file")
+#: Each linked output's figures: Berkeley text and data (data too, because an option can move constants from one
+#: to the other: optgym.toolchain.sizes), ``.text*``, and the file's bytes.
+SIZE_FIELDS = ("text", "data", "dottext", "file")
+SIZE_LABELS = {"text": "text", "data": "data", "dottext": ".text", "file": "file"}
 
 
 def _elf_figures(path: Path) -> dict[str, int]:
     sizes = object_sizes(path)
-    return {"text": sizes.text_bytes, "dottext": sizes.dottext_bytes, "file": path.stat().st_size}
+    return {"text": sizes.text_bytes, "data": sizes.data_bytes, "dottext": sizes.dottext_bytes,
+            "file": path.stat().st_size}  # fmt: skip
 
 
 def _archive_figures(path: Path) -> dict[str, int]:
     sizes = archive_sizes(path)
-    return {**{k: v for k, v in asdict(sizes).items() if k not in ("text_bytes", "dottext_bytes")},
-            "text": sizes.text_bytes, "dottext": sizes.dottext_bytes, "file": path.stat().st_size}  # fmt: skip
+    kept = {k: v for k, v in asdict(sizes).items() if k not in ("text_bytes", "dottext_bytes", "data_bytes")}
+    return {**kept, "text": sizes.text_bytes, "data": sizes.data_bytes, "dottext": sizes.dottext_bytes,
+            "file": path.stat().st_size}  # fmt: skip
 
 
 def _pair(plain: dict[str, Path], optgym: dict[str, Path], figures: Callable[[Path], dict[str, int]]) -> list[dict]:
@@ -659,9 +664,8 @@ def _ratio_cell(a: float | None, b: float | None) -> str:
 
 
 def _size_table(rows: list[dict], totals: dict[str, Any], what: str) -> list[str]:
-    head = ("| " + what + " | text plain | text optgym | ratio | .text plain | .text optgym | ratio "
-            "| file plain | file optgym | ratio |")  # fmt: skip
-    lines = [head, "|" + "---|" * 10]
+    head = f"| {what} | " + " | ".join(f"{SIZE_LABELS[f]} plain | {SIZE_LABELS[f]} optgym | ratio" for f in SIZE_FIELDS)
+    lines = [head + " |", "|" + "---|" * (1 + 3 * len(SIZE_FIELDS))]
     for r in rows:
         cells = []
         for f in SIZE_FIELDS:
@@ -699,8 +703,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["These are LINKED sizes: the executables and shared libraries the build linked (after the linker "
                   "dropped duplicate template code" + (" and the LTO link optimized the whole program" if opts["lto"]
                   else "") + "), not sums over objects. text is Berkeley text (`.text*`, `.rodata*`, `.eh_frame*`, "
-                  "`.gcc_except_table*`: what `llvm-size` prints), .text is `.text*` alone, file is bytes on disk; "
-                  "ratios are optgym / plain.", ""]  # fmt: skip
+                  "`.gcc_except_table*`: what `llvm-size` prints), data is Berkeley data (`.data*`, `.data.rel.ro*`: a "
+                  "constant an option moved out of text shows here), .text is `.text*` alone, file is bytes on "
+                  "disk; ratios are optgym / plain.", ""]  # fmt: skip
         lines += [*_size_table(report["outputs"], report["totals"], "output"), ""]
         identical = [r["path"] for r in report["outputs"] if r.get("identical")]
         if identical:

@@ -73,6 +73,7 @@ class ArchiveSizes:
     dottext_bytes: int
     elf_members: int
     bitcode_members: int
+    data_bytes: int = 0
 
 
 def archive_sizes(path: Path) -> ArchiveSizes:
@@ -83,7 +84,7 @@ def archive_sizes(path: Path) -> ArchiveSizes:
     thin = data.startswith(THIN_ARCHIVE_MAGIC)
     if not thin and not data.startswith(ARCHIVE_MAGIC):
         raise ElfError(f"{path}: not an ar archive")
-    text = dottext = elf = bitcode = 0
+    text = dottext = writable = elf = bitcode = 0
     long_names = b""
     pos = len(ARCHIVE_MAGIC)
     while pos + 60 <= len(data):
@@ -113,9 +114,10 @@ def archive_sizes(path: Path) -> ArchiveSizes:
         if member.startswith(b"\x7fELF"):
             sizes = object_sizes(member)
             text, dottext, elf = text + sizes.text_bytes, dottext + sizes.dottext_bytes, elf + 1
+            writable += sizes.data_bytes
         elif member.startswith(BITCODE_MAGICS):
             bitcode += 1
-    return ArchiveSizes(text, dottext, elf, bitcode)
+    return ArchiveSizes(text, dottext, elf, bitcode, writable)
 
 
 def size_of(path: Path, field: str) -> int:
