@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -170,13 +171,17 @@ def pool(
     allocator: str = "shipped",
     size_passes: bool = False,
     scorers: dict[str, str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
     """Every entry: name → (policies by problem, extra clang flags). With clang's allocator the first entry is
     clang's own compile, and no scorer is perturbed. ``scorers`` (:func:`target_scorers`) replace the shipped
-    pair."""
+    pair; the pass options named in ``exclude`` stay out."""
     policies, prefix = (scorers, TARGET_SCORERS) if scorers else ALLOCATORS[allocator]
     entries: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {prefix: (policies, ())}
     options = {**PASS_OPTIONS, **(MORE_THRESHOLDS if wide else {}), **(SIZE_PASSES if size_passes else {})}
+    if unknown := sorted(set(exclude) - set(options)):
+        sys.exit(f"--exclude {', '.join(unknown)}: not a pass option of this pool ({', '.join(options)})")
+    options = {name: flags for name, flags in options.items() if name not in exclude}
     for name, flags in options.items():
         entries[f"{prefix}, {name}"] = (policies, flags)
     if allocator != "shipped" and not scorers:
@@ -252,7 +257,7 @@ def choose(args: argparse.Namespace) -> int:
         sys.exit(f"{args.corpus} has no C training modules")
     out = args.output
     scorers = target_scorers(args.scorers) if args.scorers else None
-    entries = pool(out / "pool", args.wide, args.allocator, args.size_passes, scorers)
+    entries = pool(out / "pool", args.wide, args.allocator, args.size_passes, scorers, args.exclude)
     table = {name: sizes(corpus, sample, policies, flags, args.workers) for name, (policies, flags) in entries.items()}
     ok = [m for m in sample if all(rows[m].ok for rows in table.values())]
     # every size here is Berkeley text + data: an option that moves constants into writable sections (global merge
@@ -402,6 +407,10 @@ def main() -> int:
     c.add_argument("--scorers", type=Path, default=None, metavar="DIR",
                    help="a target's own trained scorer pair (DIR/regalloc-evict, DIR/regalloc-priority) in place "
                    "of the shipped one; the file names them under portfolio-c/")  # fmt: skip
+    c.add_argument("--exclude", action="append", default=[], metavar="OPTION",
+                   help="leave this pass option out of the pool (repeatable), e.g. \"global merge of constants\" for a "
+                   "position-independent target, where its merged constants need relocations and move into "
+                   ".data.rel.ro: RAM after relocation, not a saving")  # fmt: skip
     c.add_argument("--max-worse", type=float, default=None, metavar="F",
                    help="the first candidate leaves at most this share of the sample's modules > 1 %% "
                    "worse")  # fmt: skip
