@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -308,7 +309,7 @@ def choose(args: argparse.Namespace) -> int:
             spec[problem] = policy
         candidates.append({"name": name, "policies": spec, **({"flags": list(flags)} if flags else {})})
     portfolio = {"format": FORMAT, "family": "C", "candidates": candidates, "default_candidates": args.default,
-                 "chosen_on": {"command": " ".join(["python -m maintainer.portfolio", *sys.argv[1:]]),
+                 "chosen_on": {"command": shlex.join(["python", "-m", "maintainer.portfolio", *sys.argv[1:]]),
                                "corpus": str(args.corpus), "split": "train", "modules": len(ok),
                                "clang_text_and_data_bytes": base, "metric": "Berkeley text + data",
                                "figures": figures,

@@ -205,7 +205,8 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
         f"A C object is compiled by the first N candidates and the smallest object kept; a default build compiles "
         f"N = {portfolio['default_candidates']} (`OPTGYM_CANDIDATES`). Chosen on {chosen['modules']} modules of "
         f"`{chosen['corpus']}` (split `{chosen['split']}`): each candidate's training figure is the total with the "
-        "candidates up to it, per module the smallest (the first: alone). The file records no dates.",
+        "candidates up to it, per module the smallest (the first: alone), in "
+        f"{chosen.get('metric', 'Berkeley text')}. The file records no dates.",
         "",
         *_table(["N", "candidate", "flags", "training sample"], rows),
     ]
@@ -215,7 +216,10 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
     for name, m in measured.items():
         prefixes = m["prefixes"]
         cells = [
-            f"{_ratio(p['total_ratio'])}" + (f", {p['over_1pct']} worse" if p["over_1pct"] else "") for p in prefixes
+            f"{_ratio(p['total_ratio'])}"
+            + (f", {p['over_1pct']} worse" if p["over_1pct"] else "")
+            + (f" (text + data {_ratio(p['text_and_data_ratio'])})" if "text_and_data_ratio" in p else "")
+            for p in prefixes
         ]
         modules = prefixes[0]["modules"] if prefixes else 0
         rows.append([f"`{name}`", modules, *cells, *["—"] * (count - len(cells))])
@@ -231,7 +235,8 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
         rows.append([f"the {len(unseen)} sets outside the training list", modules, *pooled])
     out += [
         "Berkeley text against clang-22 `-Oz` with the first N candidates (`maintainer/portfolio.py measure --record`; "
-        "`CORPUS (test)` is that corpus's held-out split):",
+        "`CORPUS (test)` is that corpus's held-out split), and Berkeley text + data where the record has it (a pass "
+        "option can move constants from text into data: [log](experiments/2026-11-28-bytes-moved-to-data.md)):",
         "",
         *_table(["set", "modules", *(f"N = {i}" for i in range(1, count + 1))], rows),
     ]
@@ -385,6 +390,8 @@ def _portfolio_row(target: str, portfolio: dict[str, Any], later: list[dict[str,
     if held:
         p = held["prefixes"][n - 1]
         held_cell = _with_worse(p["total_ratio"], p["over_1pct"], p["modules"])
+        if "text_and_data_ratio" in p:
+            held_cell += f", text + data {_ratio(p['text_and_data_ratio'])}"
     unseen_cell = "none measured yet"
     if unseen:
         clang = sum(m["clang_text_bytes"] for _, m in unseen)
