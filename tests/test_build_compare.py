@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -245,6 +246,35 @@ def test_cmake_thinlto_links_the_bitcode_static_library(tmp_path):
         assert archive[variant]["bitcode_members"] == 2 and archive[variant]["text"] == 0
     check_tests_passed(report, (tmp_path / "out" / "report.md").read_text())
     check_report_files(proc, report, tmp_path / "out")
+
+
+AUTOMAKE_PROJECT = {
+    "configure.ac": "AC_INIT([checked], [1.0])\nAM_INIT_AUTOMAKE([foreign])\nAC_PROG_CC\n"
+    "AC_CONFIG_FILES([Makefile])\nAC_OUTPUT\n",
+    "Makefile.am": "bin_PROGRAMS = tool\ntool_SOURCES = tool.c\ncheck_PROGRAMS = t_sum\nt_sum_SOURCES = t_sum.c\n"
+    "TESTS = t_sum t_script.sh\nEXTRA_DIST = t_script.sh\n",
+    "tool.c": '#include <stdio.h>\nint main(int argc, char **argv) { printf("%d\\n", argc); return 0; }\n',
+    "t_sum.c": "int main(void) { volatile int s = 0; for (int i = 1; i <= 10; i++) s += i; return s == 55 ? 0 : 1; }\n",
+    "t_script.sh": "#!/bin/sh\nexit 0\n",
+}
+
+
+@pytest.mark.skipif(any(shutil.which(t) is None for t in ("autoreconf", "qemu-aarch64")),
+                    reason="autoconf, automake and qemu-user are installed by `make setup`")  # fmt: skip
+def test_an_automake_suite_of_a_cross_build_runs_its_programs_under_the_emulator(tmp_path):
+    """``make check`` of an AArch64 autotools build: the test program runs under qemu-user (the harness's
+    ``LOG_COMPILER`` is compare-build's runner, which leaves a test script to run as it is), so both builds' suites
+    pass where the program could not start before."""
+    src = write_project(tmp_path / "src", AUTOMAKE_PROJECT)
+    (src / "t_script.sh").chmod(0o755)
+    proc, report = compare_build(src, tmp_path / "out", "--target", "aarch64-linux-gnu", "--test")
+    assert proc.returncode == 0, proc.stderr
+    runner = tmp_path / "out" / "wrappers" / "run-test"
+    assert "qemu-aarch64" in runner.read_text()
+    for variant in ("plain", "optgym"):
+        tests = report["tests"][variant]
+        assert (tests["status"], tests["passed"], tests["failed"]) == ("passed", 2, 0), tests
+        assert f"LOG_COMPILER={runner}" in tests["command"]
 
 
 def test_plain_makefile_project(tmp_path):

@@ -31,6 +31,7 @@ import filecmp
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -386,13 +387,35 @@ def variant_env(opts: CompareOptions, variant: str, tools: Tools, runtime_dir: P
 
 
 def suite_command(system: str, tools: Tools, opts: CompareOptions, tree: Path, target: str = "check") -> list[str]:
-    """The project's test suite (``make check``/``test`` gets the build's variables: it may build test programs)."""
+    """The project's test suite (``make check``/``test`` gets the build's variables: it may build test programs;
+    a cross build's also gets :func:`test_runner` as Automake's ``LOG_COMPILER``)."""
     if system == "cmake":
         return ["ctest", "--output-on-failure", "-j", str(opts.jobs)]
     if system == "meson":
         return ["meson", "test", "-C", str(tree), "--print-errorlogs", "--num-processes", str(opts.jobs)]
     build = build_commands(system, opts, tools, tree)[-1][1]  # make -j N VARIABLES…
-    return [*build[:3], target, *build[3:]]
+    runner = test_runner(opts)
+    return [*build[:3], target, *build[3:], *([f"LOG_COMPILER={runner}"] if runner else [])]
+
+
+def test_runner(opts: CompareOptions) -> str | None:
+    """For a cross build whose target this machine emulates (:meth:`optgym.corpus.target.Target.emulator`): a
+    ``/bin/sh`` script, ``OUTDIR/wrappers/run-test``, that runs a test program of the target under the emulator
+    and anything else (a test script) as it is; ``None`` otherwise.
+
+    Why: CMake and Meson hand their tests to the emulator themselves; Automake's test harness runs each test as
+    ``$(LOG_COMPILER) ./test``, so ``make check`` gets this script as ``LOG_COMPILER`` and a compiled test runs
+    where it could not start before (a container has no binfmt handler; a bare-metal program has no OS). A test
+    script that starts the target's programs itself still cannot, nor can a libtool wrapper script."""
+    target = opts.target_spec()
+    emulator = target.emulator() if target else None
+    if not emulator:
+        return None
+    text = ("#!/bin/sh\n# optgym compare-build: a test program of the target runs under its emulator, a script as "
+            "it is\n"
+            f"case \"$(head -c 4 \"$1\" 2>/dev/null)\" in \"$(printf '\\177ELF')\") exec {shlex.join(emulator)} "
+            "\"$@\" ;; esac\nexec \"$@\"\n")  # fmt: skip
+    return install_wrapper(opts.outdir / "wrappers" / "run-test", text)
 
 
 # -- reading test results ---------------------------------------------------------------------------------
