@@ -371,14 +371,14 @@ def _with_worse(ratio: float, worse: int, modules: int) -> str:
     return f"**{_ratio(ratio)}** ({modules} modules; {share} > 1 % worse)"
 
 
-def _pooled(figures: list[dict[str, Any]]) -> str:
+def _pooled(figures: Sequence[dict[str, Any]]) -> str:
     """Sets' figures of one language (``evaluate``'s summaries) pooled: ratios weighted by clang's bytes."""
     clang = sum(f["heuristic_text_bytes"] for f in figures)
     ratio = sum(f["total_ratio"] * f["heuristic_text_bytes"] for f in figures) / clang
     return _with_worse(ratio, sum(f["regressed_over_1pct"] for f in figures), sum(f["evaluated"] for f in figures))
 
 
-def _portfolio_row(target: str, portfolio: dict[str, Any], later: list[dict[str, Any]] = ()) -> list[str]:
+def _portfolio_row(target: str, portfolio: dict[str, Any], later: Sequence[dict[str, Any]] = ()) -> list[str]:
     """A target's C portfolio in the README: its default build, held out and on the sets outside the training list
     (pooled by clang's bytes where there are several); ``later``: the sets measured since with every shipped
     policy, built as by default (the inliner's provenance records them), pooled beside."""
