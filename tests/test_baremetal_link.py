@@ -270,6 +270,9 @@ endif()
 add_library(util STATIC util.c)
 add_executable(prog main.c)
 target_link_libraries(prog util)
+enable_testing()
+add_test(NAME prog_prints_its_sum COMMAND prog)
+set_tests_properties(prog_prints_its_sum PROPERTIES PASS_REGULAR_EXPRESSION "sum=139")
 """,
     "util.c": """static int clamp(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 static int scale(int x, int k) { return clamp(x * k, -1000, 1000) + clamp(x - k, 0, 50); }
@@ -357,10 +360,12 @@ def test_compare_build_wraps_both_builds_compilers_for_program_links(tmp_path):
 
 
 @needs_picolibc
+@needs_qemu
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is installed by `make setup`")
 def test_compare_build_links_a_cortex_m_program_in_both_builds(tmp_path):
-    """``optgym compare-build --target thumbv7em-none-eabi`` with the Cortex-M4 flags: CMake's check links
-    snprintf against picolibc, and both builds link the program into an ARM ELF that the report compares."""
+    """``optgym compare-build --target thumbv7em-none-eabi --test`` with the Cortex-M4 flags: CMake's check links
+    snprintf against picolibc, both builds link the program into an ARM ELF that the report compares, and ctest
+    runs it on the emulated board (CMake's emulator), where it prints the sum its test expects."""
     import json
     import os
     import sys
@@ -373,7 +378,7 @@ def test_compare_build_links_a_cortex_m_program_in_both_builds(tmp_path):
         (src / name).write_text(text)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "optgym.cli", "compare-build", str(src), "-o", str(out), "--jobs", "2",
-               "--target", "thumbv7em-none-eabi", *COMPARE_FLAGS]  # fmt: skip
+               "--target", "thumbv7em-none-eabi", *COMPARE_FLAGS, "--test"]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, timeout=240,
                           env={**os.environ, "OPTGYM_POLICY": "never"})  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -390,3 +395,6 @@ def test_compare_build_links_a_cortex_m_program_in_both_builds(tmp_path):
     markdown = (out / "report.md").read_text()
     assert f"| prog | {row['plain']['text']} | {row['optgym']['text']} |" in markdown
     assert "program links (both" in markdown
+    for variant in ("plain", "optgym"):
+        tests = report["tests"][variant]
+        assert (tests["status"], tests["passed"], tests["failed"]) == ("passed", 1, 0), tests
