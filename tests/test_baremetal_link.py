@@ -149,8 +149,8 @@ needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason=
 def test_a_cortex_m_program_runs_under_qemu_with_its_arguments_files_and_exit_code(toolchain, tmp_path):
     """A program linked through the corpus wrappers runs on an emulated Cortex-M4 board (``Target.emulator``, the
     emulator CMake and Meson get): picolibc's semihosting start file hands it its arguments (a comma in one too),
-    its stdout reaches ours, it reads a file of this machine, 64-bit division, TLS and zeroed data work, and
-    ``main``'s return is the exit code."""
+    optgym's streams give it our stdin to its end and keep its stdout and stderr apart, it reads a file of this
+    machine, 64-bit division, TLS and zeroed data work, and ``main``'s return is the exit code."""
     tail = (*CORTEX_M4.compile_flags, *EMBED, *NO_LTO)
     cc, _ = write_compiler_wrappers(tmp_path / "bin", str(toolchain.clang), str(toolchain.tool("clang++")), "-Oz",
                                     tail, CORTEX_M4.link_flags, CORTEX_M4.program_link_flags)  # fmt: skip
@@ -161,14 +161,19 @@ def test_a_cortex_m_program_runs_under_qemu_with_its_arguments_files_and_exit_co
         "  return 0;\n}\n"
     )
     (tmp_path / "in.txt").write_text("from the host\n")
-    for name in ("p", "cat"):
+    (tmp_path / "pipe.c").write_text(
+        "#include <stdio.h>\nint main(void) {\n  int c, n = 0;\n  while ((c = getchar()) != EOF) { putchar(c); n++; }\n"
+        '  fprintf(stderr, "read %d\\n", n);\n  return 0;\n}\n'
+    )
+    for name in ("p", "cat", "pipe"):
         linked = subprocess.run([cc, f"{name}.c", "-o", f"{name}.elf"], cwd=tmp_path, capture_output=True, text=True)
         assert linked.returncode == 0, linked.stderr
     emulator = CORTEX_M4.emulator()
     assert emulator is not None and "mps2-an386" in emulator
 
-    def run(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*emulator, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    def run(*argv: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run([*emulator, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              input=stdin)  # fmt: skip
 
     alone, two = run("p.elf"), run("p.elf", "a", "b")  # argc 1: 2^40 / 3; argc 3: 3·2^40 / 3
     assert (alone.returncode, alone.stdout) == (2**40 % 3, f"progr {2**40 // 3} 5\n"), alone.stderr
@@ -176,6 +181,8 @@ def test_a_cortex_m_program_runs_under_qemu_with_its_arguments_files_and_exit_co
     cat = run("cat.elf", "in.txt", "x,y")
     assert (cat.returncode, cat.stdout) == (0, "from the host\n|x,y|3\n"), cat.stderr
     assert run("cat.elf", "missing.txt", "z").returncode == 9
+    piped = run("pipe.elf", stdin="two\nlines")  # its stdin is ours, to the end; stdout and stderr stay apart
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, "two\nlines", "read 9\n")
     spaced = run("cat.elf", "in.txt", "two words")
     assert spaced.returncode == 2 and "spaces" in spaced.stderr
     assert Target("thumbv6m-none-eabi", ("-mcpu=cortex-m0",)).emulator() is None  # no MPS2 board for an M0

@@ -6,15 +6,19 @@ A Linux target's programs run under qemu-user (:meth:`optgym.corpus.target.Targe
 has no OS to ask for a file, an argument or an exit, so its programs (linked by optgym against picolibc's
 ``crt0-semihost.o`` and ``libsemihost``: :class:`optgym.corpus.target.BareMetalRuntime`) ask the debugger
 instead, through semihosting, and QEMU answers as the debugger would: the program's arguments, files of this
-machine (``fopen`` of a path relative to the working directory), its console on our stdout, and its exit code
-as QEMU's. So a CMake or Meson build's tests run unchanged (``CMAKE_CROSSCOMPILING_EMULATOR``, Meson's
-``exe_wrapper``), and ``optgym compare-build --test`` compares firmware whose test suite passed.
+machine (``fopen`` of a path relative to the working directory), its exit code as QEMU's, and its standard
+streams: optgym links programs with its own stdin, stdout and stderr (``baremetal/semihost-stdio.c``), which
+open QEMU's own ``/dev/stdin``, ``/dev/stdout`` and ``/dev/stderr``. This runner gives QEMU pipes for the two
+outputs and copies them to its own: a file opened again by path writes at its end, and would otherwise
+overwrite, or be overwritten by, whatever shares our stdout with it (a log the program's output goes to). So a
+CMake or Meson build's tests run unchanged (``CMAKE_CROSSCOMPILING_EMULATOR``, Meson's ``exe_wrapper``), and
+``optgym compare-build --test`` compares firmware whose test suite passed.
 
 The machines are ARM's MPS2 boards, whose memory holds optgym's generic Cortex-M map (code at 0, RAM at
 ``0x20000000``: ``baremetal/cortex-m.ld``); :data:`MACHINES` picks one by CPU. What semihosting cannot carry is
-refused here, clearly: an argument with a space (QEMU splits its command line on spaces). A program that reads
-its standard input gets none (QEMU 7.2's semihosting console never reports end of file), so the run stops at
-``--timeout`` with exit 124, as ``timeout(1)`` does.
+refused here, clearly: an argument with a space (QEMU splits its command line on spaces). A program linked
+without optgym's streams writes to libsemihost's one console, which QEMU prints on our stderr, and its
+stdin never ends; a run stops at ``--timeout`` with exit 124, as ``timeout(1)`` does.
 """
 
 from __future__ import annotations
@@ -49,16 +53,15 @@ def machine_for(arch: str, flags: list[str] | tuple[str, ...]) -> tuple[str, str
 
 
 def command(machine: str, cpu: str, program: str, args: list[str]) -> list[str]:
-    """QEMU's command line running ``program`` with ``args``: semihosting on, its console on our stdout, no
+    """QEMU's command line running ``program`` with ``args``: semihosting on (its console on QEMU's stderr), no
     display, no serial port, no monitor. Raises ``ValueError`` for an argument semihosting cannot pass."""
     if bad := [a for a in args if any(c.isspace() for c in a)]:
         raise ValueError(f"semihosting splits arguments on spaces, so it cannot pass {bad[0]!r}")
     # one "arg=" per argument, commas doubled (QEMU's option syntax); picolibc's start file names argv[0] itself,
     # and with no "arg=" at all QEMU would pass the kernel's file name as an argument: an empty one then
-    config = ",".join(["enable=on", "target=native", "chardev=console",
-                       *(f"arg={a.replace(',', ',,')}" for a in args or [""])])  # fmt: skip
+    config = ",".join(["enable=on", "target=native", *(f"arg={a.replace(',', ',,')}" for a in args or [""])])
     return [QEMU, "-M", machine, "-cpu", cpu, "-display", "none", "-serial", "none", "-monitor", "none",
-            "-chardev", "stdio,id=console,signal=off", "-semihosting-config", config, "-kernel", program]  # fmt: skip
+            "-semihosting-config", config, "-kernel", program]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,11 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which(QEMU) is None:
         print(f"optgym qemu_system: {QEMU} is not installed (Debian: apt-get install qemu-system-arm)", file=sys.stderr)
         return 127
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=opts.timeout).returncode
+        out, err = proc.communicate(timeout=opts.timeout)
+        code = proc.returncode
     except subprocess.TimeoutExpired:
-        print(f"optgym qemu_system: {opts.program} still ran after {opts.timeout:g} s", file=sys.stderr)
-        return TIMED_OUT
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"optgym qemu_system: {opts.program} still ran after {opts.timeout:g} s\n".encode()
+        code = TIMED_OUT
+    sys.stdout.buffer.write(out)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(err)
+    return code
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ The module's ``-cc1`` command records the target clang compiled for (``-triple``
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import re
 import shlex
@@ -50,6 +51,8 @@ QEMU_ARCH = {"arm64": "aarch64", "i486": "i386", "i586": "i386", "i686": "i386",
 PICOLIBC_ARM = Path("/usr/lib/picolibc/arm-none-eabi")
 #: optgym's lld-compatible linker script for any Cortex-M (picolibc's own ``picolibc.ld`` is GNU ld only).
 CORTEX_M_SCRIPT = Path(__file__).resolve().parent / "baremetal" / "cortex-m.ld"
+#: The bare-metal program's stdin, stdout and stderr on the host's own, through semihosting (compiled per multilib).
+SEMIHOST_STDIO = Path(__file__).resolve().parent / "baremetal" / "semihost-stdio.c"
 #: The GNU ARM compiler that picolibc's multilibs follow: it names a flag set's multilib and its ``libgcc.a``.
 ARM_GCC = "arm-none-eabi-gcc"
 #: The flags that choose an ARM multilib (the rest of a target's flags are the compile's business).
@@ -223,6 +226,7 @@ class BareMetalRuntime:
     libdir: Path
     libgcc: Path
     script: Path = CORTEX_M_SCRIPT
+    stdio: Path | None = None  # SEMIHOST_STDIO compiled for the multilib; None: libsemihost's one console
 
     @property
     def start_file(self) -> Path:
@@ -238,7 +242,8 @@ class BareMetalRuntime:
         """The link's flags: nothing of clang's own bare-metal runtime (``-nostdlib``: it has none installed),
         picolibc's start file, ``libc`` and its semihosting I/O, ``libgcc``, and the script. ``-z norelro``: the
         TLS template in RAM cannot sit next to the read-only data in flash, and relro means nothing without an OS."""
-        return ("-nostdlib", "-Wl,-z,norelro", "-T", str(self.script), str(self.start_file),
+        stdio = (str(self.stdio),) if self.stdio else ()  # before -lc -lsemihost: its streams are the ones linked
+        return ("-nostdlib", "-Wl,-z,norelro", "-T", str(self.script), str(self.start_file), *stdio,
                 f"-L{self.libdir}", "-lc", "-lsemihost", str(self.libgcc))  # fmt: skip
 
 
@@ -293,7 +298,31 @@ def bare_metal_runtime(target: Target, picolibc: Path = PICOLIBC_ARM) -> BareMet
         return None
     if not (libdir / "libc.a").is_file() or not libgcc.is_absolute() or not libgcc.is_file():
         return None
-    return BareMetalRuntime(multilib, libdir, libgcc)
+    return BareMetalRuntime(multilib, libdir, libgcc, stdio=_host_stdio(target, args, picolibc))
+
+
+def _host_stdio(target: Target, multilib_flags: Sequence[str], picolibc: Path) -> Path | None:
+    """:data:`SEMIHOST_STDIO` compiled for the target's multilib, once per source, compiler and flags (in optgym's
+    cache directory); ``None`` if it does not compile, and the programs keep libsemihost's console."""
+    from optgym.errors import ToolchainError
+    from optgym.files import atomic_write_bytes, cache_root
+    from optgym.toolchain import find_toolchain
+
+    try:
+        toolchain = find_toolchain()
+    except ToolchainError:
+        return None
+    args = [f"--target={target.triple}", *multilib_flags, "-Oz", "-isystem", str(picolibc / "include")]
+    key = hashlib.sha256("\0".join([SEMIHOST_STDIO.read_text(), toolchain.identity, *args]).encode()).hexdigest()
+    cached = cache_root() / "baremetal" / f"semihost-stdio-{key[:16]}.o"
+    if cached.is_file():
+        return cached
+    proc = subprocess.run([str(toolchain.clang), *args, "-c", str(SEMIHOST_STDIO), "-o", "-"], capture_output=True,
+                          timeout=120)  # fmt: skip
+    if proc.returncode != 0:
+        return None
+    atomic_write_bytes(cached, proc.stdout)
+    return cached
 
 
 def module_triple(cc1_args: Sequence[str]) -> str | None:
