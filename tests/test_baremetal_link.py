@@ -12,6 +12,7 @@ import struct
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from optgym.corpus.build import EMBED, NO_LTO, build_tree, write_compiler_wrappers
@@ -165,7 +166,8 @@ def test_a_cortex_m_program_runs_under_qemu_with_its_arguments_files_and_exit_co
         "#include <stdio.h>\nint main(void) {\n  int c, n = 0;\n  while ((c = getchar()) != EOF) { putchar(c); n++; }\n"
         '  fprintf(stderr, "read %d\\n", n);\n  return 0;\n}\n'
     )
-    for name in ("p", "cat", "pipe"):
+    (tmp_path / "spin.c").write_text("int main(void) { for (;;) { } }\n")
+    for name in ("p", "cat", "pipe", "spin"):
         linked = subprocess.run([cc, f"{name}.c", "-o", f"{name}.elf"], cwd=tmp_path, capture_output=True, text=True)
         assert linked.returncode == 0, linked.stderr
     emulator = CORTEX_M4.emulator()
@@ -183,6 +185,11 @@ def test_a_cortex_m_program_runs_under_qemu_with_its_arguments_files_and_exit_co
     assert run("cat.elf", "missing.txt", "z").returncode == 9
     piped = run("pipe.elf", stdin="two\nlines")  # its stdin is ours, to the end; stdout and stderr stay apart
     assert (piped.returncode, piped.stdout, piped.stderr) == (0, "two\nlines", "read 9\n")
+    hung = subprocess.run([*emulator, "--timeout", "2", "spin.elf"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert hung.returncode == 124 and "still ran after 2 s" in hung.stderr  # as timeout(1) says it
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "spin.elf" in p.info["cmdline"]]
+    assert not left  # the emulator was killed, not left to spin
     spaced = run("cat.elf", "in.txt", "two words")
     assert spaced.returncode == 2 and "spaces" in spaced.stderr
     assert Target("thumbv6m-none-eabi", ("-mcpu=cortex-m0",)).emulator() is None  # no MPS2 board for an M0
