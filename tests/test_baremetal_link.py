@@ -412,3 +412,33 @@ def test_compare_build_links_a_cortex_m_program_in_both_builds(tmp_path):
     for variant in ("plain", "optgym"):
         tests = report["tests"][variant]
         assert (tests["status"], tests["passed"], tests["failed"]) == ("passed", 1, 0), tests
+
+
+@needs_picolibc
+@needs_qemu
+def test_a_cortex_m_thinlto_program_through_optgym_cc_links_and_runs(tmp_path):
+    """A firmware-style ThinLTO build for a Cortex-M4 through optgym-cc: the ``-flto=thin`` compiles and the link
+    (no ThinLTO plan ships for the target, so it links as clang does) give a program that runs on the emulated
+    board, with its cross-module call inlined away or kept, and the right answer either way."""
+    import os
+    import sys
+
+    cc = str(Path(sys.executable).parent / "optgym-cc")
+    (tmp_path / "a.c").write_text("int helper(int x) { return x * 3 + 1; }\n")
+    (tmp_path / "b.c").write_text(
+        "#include <stdio.h>\nint helper(int);\nint main(int argc, char **argv) {\n"
+        '  printf("v=%d\\n", helper(argc + 4));\n  return helper(1) == 4 ? 0 : 1;\n}\n'
+    )
+    flags = ["--target=thumbv7em-none-eabi", *CORTEX_M4.flags, "-Oz", "-flto=thin"]
+    env = {**os.environ, "OPTGYM_STRICT": "1"}  # any fallback would be an error, not a warning
+    for name in ("a", "b"):
+        compiled = subprocess.run([cc, *flags, "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path,
+                                  capture_output=True, text=True, env=env)  # fmt: skip
+        assert compiled.returncode == 0, compiled.stderr
+        assert (tmp_path / f"{name}.o").read_bytes()[:4] == b"BC\xc0\xde"  # bitcode, for the link to optimize
+    linked = subprocess.run([cc, *flags, *CORTEX_M4.link_flags, *CORTEX_M4.program_link_flags, "a.o", "b.o", "-o",
+                             "prog.elf"], cwd=tmp_path, capture_output=True, text=True, env=env)  # fmt: skip
+    assert linked.returncode == 0, linked.stderr
+    ran = subprocess.run([*CORTEX_M4.emulator(), "prog.elf", "x"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert (ran.returncode, ran.stdout) == (0, "v=19\n"), ran.stderr
