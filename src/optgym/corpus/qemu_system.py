@@ -27,6 +27,8 @@ import argparse
 import shutil
 import subprocess
 import sys
+import threading
+from typing import IO
 
 QEMU = "qemu-system-arm"
 #: An MPS2 board per Cortex-M CPU (its 4 MiB of RAM at 0 and at 0x20000000 fit optgym's linker script). The
@@ -81,18 +83,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"optgym qemu_system: {QEMU} is not installed (Debian: apt-get install qemu-system-arm)", file=sys.stderr)
         return 127
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    relays = [threading.Thread(target=_relay, args=pair, daemon=True)
+              for pair in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))]  # fmt: skip
+    for relay in relays:
+        relay.start()
     try:
-        out, err = proc.communicate(timeout=opts.timeout)
-        code = proc.returncode
+        code = proc.wait(timeout=opts.timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
-        err += f"optgym qemu_system: {opts.program} still ran after {opts.timeout:g} s\n".encode()
-        code = TIMED_OUT
-    sys.stdout.buffer.write(out)
-    sys.stdout.flush()
-    sys.stderr.buffer.write(err)
+        proc.wait()
+        code = None
+    for relay in relays:
+        relay.join()
+    if code is None:
+        print(f"optgym qemu_system: {opts.program} still ran after {opts.timeout:g} s", file=sys.stderr)
+        return TIMED_OUT
     return code
+
+
+def _relay(source: IO[bytes], sink: IO[bytes]) -> None:
+    """Copy one of QEMU's outputs to ours as it comes (a test's log shows how far a hung program got)."""
+    while chunk := source.read1(65536):  # type: ignore[attr-defined]
+        sink.write(chunk)
+        sink.flush()
 
 
 if __name__ == "__main__":
