@@ -331,15 +331,14 @@ def measure(args: argparse.Namespace) -> int:
     for count in range(1, len(portfolio.candidates) + 1):
         rows = evaluate_portfolio(corpus, portfolio, count, modules, policies=build, workers=args.workers)
         rows = [r for r in rows if r.ok]
-        clang = sum(r.heuristic_text or 0 for r in rows)
-        text = sum(r.policy_text or 0 for r in rows)
-        worse = sum(r.ratio > 1.01 for r in rows if r.ratio)
-        both = summarize(rows)["text_and_data_ratio"]  # None where a row's record predates data
+        totals = summarize(rows)
+        clang, ratio, worse = totals["heuristic_text_bytes"], totals["total_ratio"], totals["regressed_over_1pct"]
+        both = totals["text_and_data_ratio"]  # None where a row's record predates data
         name = portfolio.candidates[count - 1].name
         default = " — the default build" if count == portfolio.default_count else ""
-        print(f"{count} compiles (+ {name}): {text / clang:.4f}, {worse} of {len(rows)} modules > 1 % worse"
+        print(f"{count} compiles (+ {name}): {ratio:.4f}, {worse} of {len(rows)} modules > 1 % worse"
               f"{f'; text + data {both:.4f}' if both else ''}{default}")  # fmt: skip
-        figures.append({"compiles": count, "total_ratio": text / clang, "over_1pct": worse, "modules": len(rows),
+        figures.append({"compiles": count, "total_ratio": ratio, "over_1pct": worse, "modules": len(rows),
                         **({"text_and_data_ratio": both} if both else {})})  # fmt: skip
         if count == 1:  # what optgym-cc builds with one compile: objects under 2 kB guarded by clang's own compile
             two_kb = guarded(rows, GUARD_BELOW)

@@ -491,7 +491,7 @@ def run_tests(system: str, opts: CompareOptions, tools: Tools, tree: Path, env: 
 #: Each linked output's figures: Berkeley text and data (data too, because an option can move constants from one
 #: to the other: optgym.toolchain.sizes), ``.text*``, and the file's bytes.
 SIZE_FIELDS = ("text", "data", "dottext", "file")
-SIZE_LABELS = {"text": "text", "data": "data", "dottext": ".text", "file": "file"}
+SIZE_LABELS = {"dottext": ".text"}  # a field's column name where it is not the field's own
 
 
 def _elf_figures(path: Path) -> dict[str, int]:
@@ -687,7 +687,8 @@ def _ratio_cell(a: float | None, b: float | None) -> str:
 
 
 def _size_table(rows: list[dict], totals: dict[str, Any], what: str) -> list[str]:
-    head = f"| {what} | " + " | ".join(f"{SIZE_LABELS[f]} plain | {SIZE_LABELS[f]} optgym | ratio" for f in SIZE_FIELDS)
+    labels = [SIZE_LABELS.get(f, f) for f in SIZE_FIELDS]
+    head = f"| {what} | " + " | ".join(f"{label} plain | {label} optgym | ratio" for label in labels)
     lines = [head + " |", "|" + "---|" * (1 + 3 * len(SIZE_FIELDS))]
     for r in rows:
         cells = []

@@ -127,11 +127,16 @@ def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def _by_bytes(ratios_and_bytes: Iterable[tuple[float, int]]) -> float:
+    """Sets' ratios pooled: each weighted by clang's bytes in its set, as if the sets were one."""
+    pairs = list(ratios_and_bytes)
+    return sum(ratio * weight for ratio, weight in pairs) / sum(weight for _, weight in pairs)
+
+
 def _pooled_row(label: str, candidates: Any, language: str, sets: list[dict[str, Any]]) -> list[Any]:
     """One row of ``sets`` (a language's figures of several sets) pooled: each ratio weighted by clang's bytes."""
-    clang = sum(f["heuristic_text_bytes"] for f in sets)
     modules = sum(f["evaluated"] for f in sets)
-    pooled = {k: _ratio(sum(f[k] * f["heuristic_text_bytes"] for f in sets) / clang)
+    pooled = {k: _ratio(_by_bytes((f[k], f["heuristic_text_bytes"]) for f in sets))
               for k in ("total_ratio", "guarded_ratio", "guarded_below_ratio")}  # fmt: skip
     worse, below = (sum(f[k] for f in sets) for k in ("regressed_over_1pct", "guarded_below_over_1pct"))
     return [label, "", candidates, language, modules, pooled["total_ratio"], "—", _share(worse, modules),
@@ -227,7 +232,7 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
     clang = sum(m["clang_text_bytes"] for m in unseen)
     if clang and len(unseen) > 1:  # one set's pooled row would repeat its own
         pooled = [
-            _ratio(sum(m["prefixes"][i]["total_ratio"] * m["clang_text_bytes"] for m in unseen) / clang)
+            _ratio(_by_bytes((m["prefixes"][i]["total_ratio"], m["clang_text_bytes"]) for m in unseen))
             + (f", {worse} worse" if (worse := sum(m["prefixes"][i]["over_1pct"] for m in unseen)) else "")
             for i in range(min(len(m["prefixes"]) for m in unseen))
         ]
@@ -373,8 +378,7 @@ def _with_worse(ratio: float, worse: int, modules: int) -> str:
 
 def _pooled(figures: Sequence[dict[str, Any]]) -> str:
     """Sets' figures of one language (``evaluate``'s summaries) pooled: ratios weighted by clang's bytes."""
-    clang = sum(f["heuristic_text_bytes"] for f in figures)
-    ratio = sum(f["total_ratio"] * f["heuristic_text_bytes"] for f in figures) / clang
+    ratio = _by_bytes((f["total_ratio"], f["heuristic_text_bytes"]) for f in figures)
     return _with_worse(ratio, sum(f["regressed_over_1pct"] for f in figures), sum(f["evaluated"] for f in figures))
 
 
@@ -394,8 +398,7 @@ def _portfolio_row(target: str, portfolio: dict[str, Any], later: Sequence[dict[
             held_cell += f", text + data {_ratio(p['text_and_data_ratio'])}"
     unseen_cell = "none measured yet"
     if unseen:
-        clang = sum(m["clang_text_bytes"] for _, m in unseen)
-        ratio = sum(m["prefixes"][n - 1]["total_ratio"] * m["clang_text_bytes"] for _, m in unseen) / clang
+        ratio = _by_bytes((m["prefixes"][n - 1]["total_ratio"], m["clang_text_bytes"]) for _, m in unseen)
         worse = sum(m["prefixes"][n - 1]["over_1pct"] for _, m in unseen)
         modules = sum(m["prefixes"][n - 1]["modules"] for _, m in unseen)
         sets = ", ".join(f"`{name}`" for name, _ in unseen)
