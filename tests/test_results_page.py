@@ -167,7 +167,7 @@ def test_committed_readme_results_are_the_generated_ones():
 
 def test_the_readme_results_follow_the_files(tmp_path):
     """Each row of the README's table is read from a shipped file: a portfolio's held-out figure, the inliner's
-    pooled sets, a ThinLTO plan's newest set; a target whose portfolio records no outside set says so."""
+    pooled sets, a ThinLTO plan's newest set and every earlier one; a target whose portfolio records no outside set says so."""
     shutil.copytree(PRETRAINED_DIR, tmp_path / "pretrained", ignore=shutil.ignore_patterns("*.onnx"))
     root = tmp_path / "pretrained"
     path = root / "aarch64" / PORTFOLIO
@@ -183,6 +183,12 @@ def test_the_readme_results_follow_the_files(tmp_path):
     modules = sum(e["C++"]["evaluated"] for e in sets)
     assert f"({modules} modules;" in rows["x86-64 C++"][4] and f"{len(sets)} sets" in rows["x86-64 C++"][4]
     assert {"x86-64 C", "Cortex-M4 C", "x86-64 ThinLTO", "AArch64 ThinLTO"} <= rows.keys()
+    plan = json.loads((PRETRAINED_DIR / THINLTO_PLAN).read_text())
+    unseen = [(name, m) for name, m in plan["figures"]["unseen"].items() if "(" not in name]
+    for position, (name, measured) in enumerate(unseen):  # the newest in bold, and no set of this plan left out
+        ratio = f"{measured['total']['optgym']['dottext'] / measured['total']['plain']['dottext']:.4f}"
+        shown = f"**{ratio}**: `{name}`" if position == len(unseen) - 1 else f"`{name}` {ratio}"
+        assert shown in rows["x86-64 ThinLTO"][4]
     with pytest.raises(ValueError, match="no results block"):
         with_readme_results("# a README without the block\n", root)
 

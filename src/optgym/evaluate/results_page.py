@@ -424,22 +424,29 @@ def _inliner_row(provenance: dict[str, Any]) -> list[str]:
 
 
 def _thinlto_row(target: str, plan: dict[str, Any]) -> list[str]:
-    """A target's ThinLTO plan: linked ``.text`` of its newest set outside the training list (its first record)."""
+    """A target's ThinLTO plan: linked ``.text`` of its newest set outside the training list, then every earlier
+    set measured with the same plan (each set's first record: the build as ``optgym-cc`` made it by default), so
+    no set is left out of the README."""
     figures = plan.get("figures", {})
     unseen = [(name, m) for name, m in figures.get("unseen", {}).items() if "(" not in name]
     unseen_cell = "none measured yet"
     if unseen:
         name, measured = unseen[-1]
-        total = measured["total"]
         tests = all(row["tests"]["plain"] == row["tests"]["optgym"] == "passed"
                     for row in measured["packages"].values() if row["built"])  # fmt: skip
-        ratio = _ratio(total["optgym"]["dottext"] / total["plain"]["dottext"])
         passing = "passing" if tests else "NOT all passing"
-        unseen_cell = f"**{ratio}**: `{name}`, {len(measured['packages'])} packages, tests {passing}"
+        unseen_cell = f"**{_dottext(measured)}**: `{name}`, {len(measured['packages'])} packages, tests {passing}"
+        if len(unseen) > 1:
+            unseen_cell += "; earlier: " + ", ".join(f"`{n}` {_dottext(m)}" for n, m in reversed(unseen[:-1]))
     training = figures.get("linked_training_packages", {}).get("dottext")
     return [f"{TARGET_NAMES.get(target, target)} ThinLTO", "the ThinLTO plan (`thinlto.json`)",
             "linked `.text`, against plain ThinLTO", f"{_ratio(training)} (training packages)" if training else "—",
             unseen_cell]  # fmt: skip
+
+
+def _dottext(measured: dict[str, Any]) -> str:
+    """A linked set's total ``.text``, optgym ÷ plain clang-22."""
+    return _ratio(measured["total"]["optgym"]["dottext"] / measured["total"]["plain"]["dottext"])
 
 
 def readme_results(directory: Path = PRETRAINED_DIR) -> str:
