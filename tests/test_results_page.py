@@ -167,7 +167,8 @@ def test_committed_readme_results_are_the_generated_ones():
 
 def test_the_readme_results_follow_the_files(tmp_path):
     """Each row of the README's table is read from a shipped file: a portfolio's held-out figure, the inliner's
-    pooled sets, a ThinLTO plan's newest set and every earlier one; a target whose portfolio records no outside set says so."""
+    pooled sets, a ThinLTO plan's newest set and every earlier one; a target whose portfolio records no outside
+    set says so."""
     shutil.copytree(PRETRAINED_DIR, tmp_path / "pretrained", ignore=shutil.ignore_patterns("*.onnx"))
     root = tmp_path / "pretrained"
     path = root / "aarch64" / PORTFOLIO
