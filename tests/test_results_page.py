@@ -204,6 +204,13 @@ def test_results_page_command(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_text() == results_page()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{README_BEGIN}\n{README_END}\n")
+    proc = subprocess.run([sys.executable, "-m", "optgym.cli", "results-page", "--readme", str(readme)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "results block regenerated" in proc.stdout and "# Results" not in proc.stdout  # not the page as well
+    assert readme.read_text() == with_readme_results(f"# x\n{README_BEGIN}\n{README_END}\n")
 
 
 def test_the_thinlto_plan_and_its_linked_figures():

@@ -360,7 +360,9 @@ def export(
 
 @app.command("results-page")
 def results_page(
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the page here (default: stdout)")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write the page here (default: stdout, unless --readme)")
+    ] = None,
     readme: Annotated[
         Path | None, typer.Option("--readme", help="also regenerate this README's results block (its marker lines)")
     ] = None,
@@ -375,6 +377,8 @@ def results_page(
         except (OSError, ValueError) as e:
             _fail(f"{readme}: {e}")
         console.print(f"{readme}: results block regenerated", highlight=False)
+        if output is None:  # the README was asked for, not the page
+            return
     text = generate()
     if output is None:
         print(text, end="")
