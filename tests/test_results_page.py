@@ -209,7 +209,7 @@ def test_results_page_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "optgym.cli", "results-page", "--readme", str(readme)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "results block regenerated" in proc.stdout and "# Results" not in proc.stdout  # not the page as well
+    assert "regenerated" in proc.stdout and "# Results" not in proc.stdout  # not the page as well
     assert readme.read_text() == with_readme_results(f"# x\n{README_BEGIN}\n{README_END}\n")
 
 
