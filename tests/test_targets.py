@@ -413,6 +413,36 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
         assert thinlto.lto_plan([f"--target={other_linker}"]) == {}  # ELF lld's options only
 
 
+def test_a_links_plan_options_are_read_once_per_version_of_the_file(tmp_path, monkeypatch):
+    """What a link takes from its plan (the lld flags and LLVM options) is kept in optgym's cache after the first
+    read, so a later link need not import ``json``; an edited plan is read again, and a broken one still raises."""
+    from optgym_cc import thinlto
+
+    monkeypatch.setenv("OPTGYM_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "plan.json"
+    monkeypatch.setenv("OPTGYM_LTO_PLAN", str(path))
+    plan = {"format": thinlto.PLAN_FORMAT, "link_flags": ["--icf=safe", "--gc-sections"], "llvm_options": ["-a=1"]}
+    path.write_text(json.dumps(plan))
+    args = ["-flto=thin", "-fuse-ld=lld", "a.o"]
+    assert thinlto.plan_options(args) == (plan["link_flags"], plan["llvm_options"])
+    assert len(list((tmp_path / "cache" / "thinlto-plans").iterdir())) == 1
+    # a fresh launcher process reads the kept options, without json
+    probe = ("import sys, optgym_cc.thinlto as t; o = t.plan_options(sys.argv[1:]); "
+             "print(o, 'json' in sys.modules)")  # fmt: skip
+    env = {**os.environ, "OPTGYM_CACHE_DIR": str(tmp_path / "cache"), "OPTGYM_LTO_PLAN": str(path)}
+    fresh = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env)
+    assert fresh.returncode == 0, fresh.stderr
+    assert fresh.stdout.strip() == f"{(plan['link_flags'], plan['llvm_options'])} False"
+    edited = plan | {"link_flags": ["--icf=all"], "llvm_options": []}
+    path.write_text(json.dumps(edited) + " ")  # another size: another version of the file
+    assert thinlto.plan_options(args) == (["--icf=all"], [])
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        thinlto.plan_options(args)
+    monkeypatch.setenv("OPTGYM_LTO_PLAN", "none")
+    assert thinlto.plan_options(args) is None
+
+
 @pytest.mark.parametrize(
     ("args", "driver", "expected"),
     [

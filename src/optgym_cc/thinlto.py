@@ -38,7 +38,6 @@ Standard library only, like the launcher: the distributor runs once per link.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -98,17 +97,21 @@ def describe(policies: list[tuple[str, str]]) -> str:
     return ", ".join(f"{problem}={spec}" for problem, spec in policies) or "heuristic"
 
 
-def lto_plan(args: list[str]) -> dict:
-    """The ThinLTO plan of a link: ``OPTGYM_LTO_PLAN`` (a file, or ``none``), else the one shipped for the link's
-    target, else none (``{}``). Raises ``ValueError`` for a file that is not a plan, ``OSError`` for one that
-    cannot be read: the launcher turns either into one note and clang's own link."""
+def plan_path(args: list[str]) -> str | None:
+    """The file of a link's ThinLTO plan: ``OPTGYM_LTO_PLAN`` (a file, or ``none``), else the one shipped for the
+    link's target, else ``None``."""
     spec = os.environ.get("OPTGYM_LTO_PLAN") or "pretrained"
     target = cc.compile_target(args)
     if spec == "none" or (spec == "pretrained" and any(word in target[0] for word in NOT_ELF)):
-        return {}
-    path = cc.shipped_policy(PLAN, target) if spec == "pretrained" else spec
-    if path is None:
-        return {}
+        return None
+    return cc.shipped_policy(PLAN, target) if spec == "pretrained" else spec
+
+
+def read_plan(path: str) -> dict:
+    """A plan file, checked. Raises ``ValueError`` for a file that is not a plan, ``OSError`` for one that cannot
+    be read: the launcher turns either into one note and clang's own link."""
+    import json
+
     with open(path, encoding="utf-8") as f:
         try:
             plan = json.load(f)
@@ -117,9 +120,56 @@ def lto_plan(args: list[str]) -> dict:
     if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
         raise ValueError(f"{path} is not a ThinLTO plan (format {PLAN_FORMAT})")
     for key in ("link_flags", "llvm_options"):
-        if not all(isinstance(flag, str) and flag.startswith("-") for flag in plan.get(key, [])):
+        if not all(isinstance(flag, str) and flag.startswith("-") and "\n" not in flag for flag in plan.get(key, [])):
             raise ValueError(f"{path}: {key} must be a list of options")
     return plan
+
+
+def lto_plan(args: list[str]) -> dict:
+    """The ThinLTO plan of a link (:func:`plan_path`, :func:`read_plan`), else none (``{}``)."""
+    path = plan_path(args)
+    return read_plan(path) if path else {}
+
+
+#: The first line of a plan's options kept in optgym's cache (:func:`plan_options`).
+OPTIONS_CACHE_FORMAT = "optgym-thinlto-options/1"
+
+
+def plan_options(args: list[str]) -> tuple[list[str], list[str]] | None:
+    """``(link_flags, llvm_options)`` of a link's plan, or ``None`` without one; raises as :func:`read_plan`.
+
+    The link step needs only these two lists, and importing ``json`` to read them cost every ThinLTO link about
+    8 ms of the launcher's price (docs/serving.md#how-it-runs). So they are read from the plan once per version of
+    the file (its path, inode, size and mtime) and kept as lines in ``$OPTGYM_CACHE_DIR/thinlto-plans/``, as
+    optgym keeps what it learns of a clang binary; a plan that is edited is read again. A cache that cannot be
+    written costs the time, never the link."""
+    path = plan_path(args)
+    if path is None:
+        return None
+    stat = os.stat(path)
+    ident = f"{os.path.abspath(path)}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()
+    root = os.environ.get("OPTGYM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "optgym")
+    cached = os.path.join(root, "thinlto-plans", cc._sha256_hex(ident)[:24])
+    try:
+        with open(cached, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        if lines[0] == OPTIONS_CACHE_FORMAT:
+            return ([line[2:] for line in lines[1:] if line[:2] == "L "],
+                    [line[2:] for line in lines[1:] if line[:2] == "O "])  # fmt: skip
+    except OSError:
+        pass
+    plan = read_plan(path)
+    flags, options = list(plan.get("link_flags", [])), list(plan.get("llvm_options", []))
+    text = "\n".join([OPTIONS_CACHE_FORMAT, *(f"L {flag}" for flag in flags), *(f"O {o}" for o in options)])
+    try:
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        partial = f"{cached}.{os.getpid()}"
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, cached)
+    except OSError:
+        pass
+    return flags, options
 
 
 def _uses_lld(args: list[str]) -> bool:
@@ -168,12 +218,12 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
     if mode is None or not is_link(args):
         return args, None
     try:
-        plan = lto_plan(args)  # a corpus records the links the build makes: the plan's too
+        plan = plan_options(args)  # a corpus records the links the build makes: the plan's too
     except (OSError, ValueError) as e:
         if os.environ.get("OPTGYM_STRICT") == "1":
             raise
         return args, f"ThinLTO plan: {e}; linked as clang does"
-    if not policies and not plan and not capturing:
+    if not policies and plan is None and not capturing:
         return args, None
     if mode != "-flto=thin":
         return args, f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
@@ -181,8 +231,8 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
         return args, "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does"
     if _relocatable(args):
         return args, "a relocatable link (-r) makes no program yet; linked as clang does"
-    options = plan.get("llvm_options", [])
-    ahead = [*(f"-Wl,{flag}" for flag in plan.get("link_flags", [])), *(f"-Wl,-mllvm={o}" for o in options)]
+    link_flags, options = plan or ([], [])
+    ahead = [*(f"-Wl,{flag}" for flag in link_flags), *(f"-Wl,-mllvm={o}" for o in options)]
     if not policies and not capturing:  # clang's own backends, in lld: they get the options from it
         return [*ahead, *args], None
     distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)),
@@ -295,6 +345,7 @@ def capture(spec: dict, root: str, llvm_options: tuple[str, ...] = ()) -> str:
     gets one line per job: that directory and the job's command (lld's common arguments and the job's own, the
     module first), to be run there. Absolute inputs stay where they are (a toolchain's, the build tree's); ``..``
     in a path is met by nesting the directory."""
+    import json
     import tempfile
 
     jobs = spec["jobs"]
@@ -361,6 +412,7 @@ def distribute(plan: str, jobs: int, policies: list[tuple[str, str]], llvm_optio
     """Run every backend of lld's ``plan`` (its JSON file), ``jobs`` at a time, each served by ``policies``
     (``(problem, spec)``; none: clang's own) and with ``llvm_options`` (the ThinLTO plan's, which lld keeps to
     itself); the link's exit status."""
+    import json
     from concurrent.futures import ThreadPoolExecutor
 
     with open(plan, encoding="utf-8") as f:
