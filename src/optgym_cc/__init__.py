@@ -390,6 +390,12 @@ def _runtime_root() -> str:
     return root
 
 
+def _cache_root() -> str:
+    """optgym's cache directory, ``$OPTGYM_CACHE_DIR`` else ``~/.cache/optgym`` (kept in step with
+    optgym.files.cache_root, which the launcher may not import)."""
+    return os.environ.get("OPTGYM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "optgym")
+
+
 def _sha256_hex(data: bytes) -> str:
     try:  # CPython's own sha256, without hashlib's OpenSSL load
         from _sha256 import sha256  # 3.11

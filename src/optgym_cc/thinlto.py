@@ -148,8 +148,7 @@ def plan_options(args: list[str]) -> tuple[list[str], list[str]] | None:
         return None
     stat = os.stat(path)
     ident = f"{os.path.abspath(path)}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()
-    root = os.environ.get("OPTGYM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "optgym")
-    cached = os.path.join(root, "thinlto-plans", cc._sha256_hex(ident)[:24])
+    cached = os.path.join(cc._cache_root(), "thinlto-plans", cc._sha256_hex(ident)[:24])
     try:
         with open(cached, encoding="utf-8") as f:
             lines = f.read().split("\n")
@@ -278,7 +277,7 @@ def _run_keeping_output(argv: list[str]) -> tuple[int, bytes, bytes]:
     """Run ``argv`` (an absolute path first) and return its exit code (``-N`` for signal N, as ``subprocess``
     gives it), stdout and stderr. Its output goes to unnamed files, not pipes: a pipe would also wait for any
     process that inherited it. ``os.posix_spawn`` and ``O_TMPFILE`` instead of ``subprocess`` and ``tempfile``:
-    those two imports cost every ThinLTO link about 7 ms of the launcher's 25 (docs/serving.md#how-it-runs)."""
+    those two imports cost every ThinLTO link about 12 ms (docs/serving.md#how-it-runs)."""
     files = [_unnamed_file(), _unnamed_file()]
     try:
         actions = [(os.POSIX_SPAWN_DUP2, fd, stream) for fd, stream in zip(files, (1, 2), strict=True)]
