@@ -207,6 +207,23 @@ def test_round_trip(s: Stream) -> None:
     check_events(decode_stream(s.data), s)
 
 
+@given(streams(), streams())
+@FAST
+def test_sessions_one_after_another_on_one_stream(first: Stream, second: Stream) -> None:
+    """The backends of one link share a channel, one session after another: each starts with its header and
+    numbers its observations from 0 again. A decoder told so decodes both; one that is not refuses the second
+    header."""
+    decoder = StreamDecoder(sessions=True)
+    decoder.feed(first.data + second.data)
+    events = list(decoder.events())
+    decoder.close()
+    count = len(first.expected)
+    check_events(events[:count], first)
+    check_events(events[count:], second)
+    with pytest.raises(ProtocolError):
+        decode_stream(first.data + second.data)
+
+
 def test_golden_bytes_as_llvm_writes_them() -> None:
     """Hand-written bytes in LLVM's layout, independent of the module's encoders."""
     header = (

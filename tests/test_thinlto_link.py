@@ -65,6 +65,8 @@ def short_lived_servers(monkeypatch):
     for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"):
         monkeypatch.setenv(name, "heuristic")
     monkeypatch.setenv("OPTGYM_LTO_PLAN", "none")  # the policy's tests; the plan's set their own
+    # backends each a clang of their own, side by side: the tests of lld's own (the default) say so
+    monkeypatch.setenv("OPTGYM_LTO_BACKENDS", "distributed")
     yield
     for proc in _servers():
         proc.kill()
@@ -231,6 +233,115 @@ def test_a_server_killed_mid_link_costs_the_link_nothing(program, served):
     # the link's temporary files, lld's plan and what a backend killed mid-write left are gone
     leftovers = [p.name for p in program.iterdir() if "native" in p.name or p.name.endswith((".json", ".tmp"))]
     assert leftovers == []
+
+
+def _sessions(stderr: str) -> tuple[int, int]:
+    """The backend sessions and decisions a link inside lld said it served (``OPTGYM_VERBOSE=1``)."""
+    line = next(line for line in stderr.splitlines() if "backend sessions in lld" in line)
+    return int(line.split("ThinLTO:")[1].split()[0]), int(line.split(",")[-1].split()[0])
+
+
+def test_inside_lld_every_backend_is_a_session_of_one_channel_and_the_program_runs(program, monkeypatch):
+    """By default a served link runs inside lld, its backends one after another over one channel per decision:
+    a session for each, every one served, and the decisions the same as when each backend is its own clang."""
+    monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
+    linked = _link(program, "in-lld", OPTGYM_LTO_POLICY="never", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
+    assert linked.returncode == 0, linked.stderr
+    sessions, decisions = _sessions(linked.stderr)
+    assert sessions == UNITS + 1 and decisions > 0
+    assert _run(program / "in-lld") == _run(program / "plain")
+    assert object_sizes(program / "in-lld").text_bytes > object_sizes(program / "plain").text_bytes
+    distributed = _link(program, "distributed", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_BACKENDS="distributed",
+                        OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")  # fmt: skip
+    served = next(line for line in distributed.stderr.splitlines() if "ThinLTO:" in line)
+    assert int(served.split(",")[-1].split()[0]) == decisions  # the same decisions, asked the same way
+
+
+def test_inside_lld_two_decisions_are_two_channels_each_with_a_session_per_backend(program, monkeypatch):
+    """Inlining and eviction served together inside lld: each channel opens once per backend. (The priority
+    scorer decides C links only: this program is C++.)"""
+    monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
+    evict = _scorers()["OPTGYM_LTO_EVICT_POLICY"]
+    linked = _link(program, "in-lld-two", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_EVICT_POLICY=evict,
+                   OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")  # fmt: skip
+    assert linked.returncode == 0, linked.stderr
+    sessions, decisions = _sessions(linked.stderr)
+    assert sessions == 2 * (UNITS + 1) and decisions > 0
+    assert _run(program / "in-lld-two") == _run(program / "plain")
+    assert object_sizes(program / "in-lld-two").text_bytes > object_sizes(program / "plain").text_bytes
+
+
+def test_a_server_killed_mid_link_inside_lld_costs_the_link_nothing_and_leaves_no_lld(program, monkeypatch):
+    """SIGKILL to the policy server while lld runs the served backends: lld dies with it (it would busy-loop on
+    its closed channel), the link runs again with clang's own backends and one warning line, the program runs,
+    and nothing is left: no linker process, no half-written output."""
+    monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
+    killed, lld = threading.Event(), []
+
+    def kill_while_lld_waits() -> None:
+        """Stop the server once lld runs, so that lld soon waits for an answer; then kill it."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed.is_set():
+            for server in _servers():
+                if _linkers(server):
+                    server.suspend()
+                    while time.monotonic() < deadline and not any(_waits_on_a_pipe(p) for p in _linkers(server)):
+                        time.sleep(0.002)
+                    lld.extend(_linkers(server))
+                    server.send_signal(signal.SIGKILL)
+                    killed.set()
+                    return
+            time.sleep(0.002)
+
+    killer = threading.Thread(target=kill_while_lld_waits)
+    killer.start()
+    linked = _link(program, "killed-in-lld", **_scorers())
+    killer.join()
+    assert killed.is_set() and lld
+    assert linked.returncode == 0, linked.stderr
+    warnings = [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")]
+    assert len(warnings) == 1 and "warning" in warnings[0] and "not served" in warnings[0], linked.stderr
+    assert _run(program / "killed-in-lld") == _run(program / "plain")
+    psutil.wait_procs(lld, timeout=10)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in lld)
+    assert [p.name for p in program.iterdir() if ".tmp" in p.name] == []
+
+
+def _linkers(server: psutil.Process) -> list[psutil.Process]:
+    """The lld processes a server's link runs (through the driver, and the wrapper that execs lld)."""
+    return [p for p in _children(server) if os.path.basename((_cmd(p) or [""])[0]) == "ld.lld"]
+
+
+def _waits_on_a_pipe(proc: psutil.Process) -> bool:
+    """Whether a thread of ``proc`` is blocked reading a pipe (lld's backend thread, on its channel's FIFO)."""
+    try:
+        tasks = list(Path(f"/proc/{proc.pid}/task").iterdir())
+        return any((task / "wchan").read_text().strip().endswith("pipe_read") for task in tasks)  # anon_pipe_read: 6.x
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("setting", ["side-by-side", ""])
+def test_the_backends_setting_is_checked(program, setting):
+    """``OPTGYM_LTO_BACKENDS`` takes ``lld`` or ``distributed``: anything else is one note and clang's own link, or
+    with ``OPTGYM_STRICT=1`` an error."""
+    linked = _link(program, "setting", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_BACKENDS=setting)
+    assert linked.returncode == 0, linked.stderr
+    notes = [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")]
+    if not setting:  # unset: the default, lld's own backends, served
+        assert notes == [] and (program / "setting").read_bytes() != (program / "plain").read_bytes()
+        return
+    assert len(notes) == 1 and "OPTGYM_LTO_BACKENDS" in notes[0] and "note" in notes[0], notes
+    assert (program / "setting").read_bytes() == (program / "plain").read_bytes()
+    strict = _link(program, "setting-strict", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_BACKENDS=setting,
+                   OPTGYM_STRICT="1")  # fmt: skip
+    assert strict.returncode == 1 and "optgym-cc: error: OPTGYM_LTO_BACKENDS" in strict.stderr
+
+
+def test_a_link_inside_lld_runs_its_backends_one_at_a_time():
+    """Backends sharing a channel must not run at once: the link's own parallelism is taken out."""
+    args = ["-flto=thin", "-flto-jobs=4", "-Wl,--thinlto-jobs=3,--gc-sections", "-Wl,--thinlto-jobs=2", "a.o"]
+    assert thinlto.without_link_jobs(args) == ["-flto=thin", "-Wl,--gc-sections", "a.o"]
 
 
 def test_strict_refuses_a_link_whose_backends_cannot_be_served(program, tmp_path):

@@ -57,7 +57,7 @@ import sys
 
 #: Bumped whenever the launcher↔server messages change: part of the server's socket name, so a
 #: launcher never talks to a server of another version that is still idling.
-PROTOCOL = "3"
+PROTOCOL = "4"
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "policies", "pretrained")
 #: The decisions a launcher can serve: (problem, the environment variable naming its policy, the file of the
@@ -495,11 +495,17 @@ def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
 
 
 def serve_request(
-    clang: str, args: list[str], policies: list[tuple[str, str]], thinlto: bool = False, portfolio: str | None = None
+    clang: str,
+    args: list[str],
+    policies: list[tuple[str, str]],
+    thinlto: bool = False,
+    portfolio: str | None = None,
+    link: bool = False,
 ) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
     and wait for its one reply, read to the end of the connection. ``thinlto``: the compile is a ThinLTO
-    backend of a link (:mod:`optgym_cc.thinlto`); ``portfolio``: the file of its target's portfolio, for which
+    backend of a link (:mod:`optgym_cc.thinlto`), or with ``link`` the link itself, whose backends run inside
+    lld one after another; ``portfolio``: the file of its target's portfolio, for which
     alone it is sent (:func:`target_portfolio`), so a compile that portfolio does not take is clang's own."""
     import _socket
     import marshal
@@ -507,6 +513,7 @@ def serve_request(
     sock = _connect(policies, clang)
     message: dict[str, object] = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
     message |= ({"thinlto": True} if thinlto else {}) | ({"portfolio": portfolio} if portfolio else {})
+    message |= {"link": True} if link else {}
     request = marshal.dumps(message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
     sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])

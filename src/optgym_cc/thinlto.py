@@ -1,24 +1,30 @@
-"""ThinLTO links through ``optgym-cc``: lld hands every backend to optgym, and the policies decide its inlining and
-register allocation.
+"""ThinLTO links through ``optgym-cc``: the policies decide the inlining and register allocation of every backend.
 
 Under ThinLTO the inlining that shapes the shipped program happens at the link, in one backend compile per
-module (after cross-module import), not in the ``-flto=thin`` compile steps, which only write bitcode. lld-22
-can hand those backends to an outside *distributor* (DTLTO): given ``--thinlto-distributor=PROG``, it writes a
-JSON file — ``common.args``, the backend compiler's command (``clang -c --target=… -O2 …``), and ``jobs[]``, each
-with its own ``args`` (``X.o -fthinlto-index=… -o X.native.o``) — runs ``PROG [distributor args] FILE.json``,
-and links the native objects it gets back. Running ``common.args + job.args`` for every job gives a program
-byte-identical to lld's in-process backends (checked on clang-22/lld-22).
+module (after cross-module import), not in the ``-flto=thin`` compile steps, which only write bitcode. A served
+link's backends run one of two ways (``OPTGYM_LTO_BACKENDS``, :data:`BACKENDS`):
 
-optgym is that distributor (``python -m optgym_cc.thinlto FILE``, below). Each backend becomes one request to
-the policy server, exactly like a served compile: its own clang process with its own channel — no two backends
-ever share one — run side by side, as many at once as the link's ``--thinlto-jobs`` (else every core). A backend
-whose serving fails in any way runs as clang's own backend instead, and the link prints one warning line for all
-of them; ``OPTGYM_STRICT=1`` fails the link instead.
+* ``lld`` (the default): inside the link, as lld runs them, but one at a time (``--thinlto-jobs=1``). clang-22
+  names each decision's channel with one option per process, so backends in one lld can share a channel only
+  one after another: each opens it, sends its header, is decided, and closes it — a *session*. The policy server
+  runs the link itself, answers every session (:class:`optgym.toolchain.interactive.InteractiveCompile` with
+  ``sessions``), and a link it cannot serve runs again with clang's own backends and one warning line. No clang
+  starts per backend; the link gives up its own parallelism, which a parallel build fills with other steps.
+* ``distributed``: lld-22 hands the backends to an outside *distributor* (DTLTO): given
+  ``--thinlto-distributor=PROG``, it writes a JSON file — ``common.args``, the backend compiler's command
+  (``clang -c --target=… -O2 …``), and ``jobs[]``, each with its own ``args`` (``X.o -fthinlto-index=… -o
+  X.native.o``) — runs ``PROG [distributor args] FILE.json``, and links the native objects it gets back (the same
+  program as lld's own backends, checked on clang-22/lld-22). optgym is that distributor (``python -m
+  optgym_cc.thinlto FILE``, below): each backend is one request to the policy server, like a served compile, with
+  its own clang and channels, as many at once as the link's ``--thinlto-jobs`` (else every core). Each costs a
+  clang start (~35 ms). A backend whose serving fails runs as clang's own, with one warning line for the link;
+  ``optgym corpus thinlto`` records backends this way.
 
-The launcher's part (:func:`link_plan`): a link step (no ``-c``) with ``-flto=thin`` that links with lld gets the
-distributor flags; with ``-flto``/``-flto=full`` (clang-22's full-LTO pipeline builds its inliner without the ML
-advisor, so nothing could be served) or without lld (only lld distributes backends) it is clang's own link, with
-one note saying why. A backend serves up to three decisions, each with its own policy and channel
+``OPTGYM_STRICT=1`` fails a link that cannot be served instead. The launcher's part (:func:`link_plan`): a link
+step (no ``-c``) with ``-flto=thin`` that links with lld is planned; with ``-flto``/``-flto=full`` (clang-22's
+full-LTO pipeline builds its inliner without the ML advisor, so nothing could be served) or without lld (only
+lld distributes backends, and only its in-process backends were checked) it is clang's own link, with one note
+saying why. A backend serves up to three decisions, each with its own policy and channel
 (:data:`LTO_CHANNELS`): inlining (``OPTGYM_LTO_POLICY``), and the register allocator's eviction and priority
 (``OPTGYM_LTO_EVICT_POLICY``, ``OPTGYM_LTO_PRIORITY_POLICY``). ``pretrained`` is the ThinLTO policy shipped in the
 package for the link's target (``inline-size-thinlto.onnx``, ``regalloc-evict-thinlto.onnx``…), else ``heuristic``,
@@ -57,6 +63,12 @@ LTO_CHANNELS = (
 #: The backends run clang's -O2 pipeline over the -Oz compile's ``minsize`` functions; at -O2 the ML advisor
 #: stops inlining once a module's size doubles unless told otherwise, and clang's own backends never stop.
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
+#: Where a served link's backends run (``OPTGYM_LTO_BACKENDS``): ``lld``, inside the link, one at a time, each
+#: backend a session of one channel per decision; or ``distributed``, each its own clang and channels, side by
+#: side, through lld's distributor. clang-22 names an advisor's channel by one option per process, so backends
+#: in one lld can share a channel only one after another; a distributed backend costs a clang start (~35 ms).
+BACKENDS = "OPTGYM_LTO_BACKENDS"
+BACKENDS_MODES = ("lld", "distributed")
 
 
 #: The file of a target's ThinLTO plan (:func:`lto_plan`), beside its policies.
@@ -207,58 +219,101 @@ def is_link(args: list[str]) -> bool:
     return bool(inputs)
 
 
-def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None]:
+def backends_mode() -> str:
+    """``OPTGYM_LTO_BACKENDS`` (default ``lld``); anything else is an error the build is told about."""
+    mode = os.environ.get(BACKENDS, "").strip() or BACKENDS_MODES[0]
+    if mode not in BACKENDS_MODES:
+        raise ValueError(f"{BACKENDS}={mode!r} is not one of {', '.join(BACKENDS_MODES)}")
+    return mode
+
+
+def without_link_jobs(args: list[str]) -> list[str]:
+    """``args`` with the link's own backend parallelism taken out (``-flto-jobs=N``, and ``--thinlto-jobs=N`` in
+    ``-Wl,`` lists): backends that share a channel must run one at a time."""
+    kept = []
+    for arg in args:
+        if arg.startswith("-flto-jobs="):
+            continue
+        if arg.startswith("-Wl,"):
+            items = [i for i in arg.split(",")[1:] if not i.startswith(("--thinlto-jobs=", "-thinlto-jobs="))]
+            if not items:
+                continue
+            arg = ",".join(["-Wl", *items])
+        kept.append(arg)
+    return kept
+
+
+def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None, bool]:
     """What a link step becomes: its command line after the driver (the plan's options before the build's own,
-    the distributor's flags after them: ``args`` unchanged is clang's own link), and a note for the build, or
-    ``None``. A plan that cannot be used is a note and clang's own link, or with ``OPTGYM_STRICT=1`` the error."""
+    the backends' flags after them: ``args`` unchanged is clang's own link), a note for the build, or ``None``,
+    and whether the policy server runs the link (its backends served inside lld, :data:`BACKENDS`). A plan or
+    setting that cannot be used is a note and clang's own link, or with ``OPTGYM_STRICT=1`` the error."""
     mode = cc.lto(args)
     capturing = bool(os.environ.get(CAPTURE))
     policies = lto_policies(args)
     if mode is None or not is_link(args):
-        return args, None
+        return args, None, False
     try:
         plan = plan_options(args)  # a corpus records the links the build makes: the plan's too
     except (OSError, ValueError) as e:
         if os.environ.get("OPTGYM_STRICT") == "1":
             raise
-        return args, f"ThinLTO plan: {e}; linked as clang does"
+        return args, f"ThinLTO plan: {e}; linked as clang does", False
+    try:
+        where = backends_mode()
+    except ValueError as e:
+        if os.environ.get("OPTGYM_STRICT") == "1":
+            raise
+        return args, f"{e}; linked as clang does", False
     if not policies and plan is None and not capturing:
-        return args, None
+        return args, None, False
     if mode != "-flto=thin":
-        return args, f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
+        why = f"{mode} links with full LTO, whose inliner in clang-22 takes no ML advice; linked as clang does"
+        return args, why, False
     if not _uses_lld(args):
-        return args, "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does"
+        return args, "only lld hands ThinLTO backends to optgym (add -fuse-ld=lld); linked as clang does", False
     if _relocatable(args):
-        return args, "a relocatable link (-r) makes no program yet; linked as clang does"
+        return args, "a relocatable link (-r) makes no program yet; linked as clang does", False
     link_flags, options = plan or ([], [])
     ahead = [*(f"-Wl,{flag}" for flag in link_flags), *(f"-Wl,-mllvm={o}" for o in options)]
     if not policies and not capturing:  # clang's own backends, in lld: they get the options from it
-        return [*ahead, *args], None
+        return [*ahead, *args], None, False
+    if where == "lld" and not capturing:  # the server runs the link (:func:`served_link`)
+        return [*ahead, *args], None, True
     distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)),
                    *(f"--policy={problem}={spec}" for problem, spec in policies),
                    *(f"--llvm-option={option}" for option in options)]  # fmt: skip
-    return [
-        *ahead,
-        *args,
-        f"-Wl,--thinlto-distributor={distributor[0]}",
-        *(f"-Wl,--thinlto-distributor-arg={arg}" for arg in distributor[1:]),
-        f"-Wl,--thinlto-remote-compiler={clang}",
-    ], None
+    return (
+        [
+            *ahead,
+            *args,
+            f"-Wl,--thinlto-distributor={distributor[0]}",
+            *(f"-Wl,--thinlto-distributor-arg={arg}" for arg in distributor[1:]),
+            f"-Wl,--thinlto-remote-compiler={clang}",
+        ],
+        None,
+        False,
+    )
 
 
 def link(clang: str, args: list[str]) -> None:
     """Run a link step of an LTO build (never returns): as :func:`link_plan` makes it, and if that link fails,
     clang's own link of the same command with one warning line — a plan's option that some link cannot take
-    never breaks the build (``OPTGYM_STRICT=1``: the failure stands). A link optgym leaves alone is exec'd."""
+    never breaks the build (``OPTGYM_STRICT=1``: the failure stands). A link optgym leaves alone is exec'd. A
+    link the server runs (its backends served inside lld) that cannot be served is linked again with the plan
+    alone, with one warning line."""
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        planned, note = link_plan(args, clang)
+        planned, note, in_lld = link_plan(args, clang)
     except (OSError, ValueError) as e:  # only with OPTGYM_STRICT=1: otherwise a note
-        sys.stderr.write(f"optgym-cc: error: ThinLTO plan: {e} (OPTGYM_STRICT=1)\n")
+        what = "" if BACKENDS in str(e) else "ThinLTO plan: "
+        sys.stderr.write(f"optgym-cc: error: {what}{e} (OPTGYM_STRICT=1)\n")
         sys.exit(1)
     if note:
         sys.stderr.write(f"optgym-cc: note: {note}\n")
         sys.stderr.flush()
+    if in_lld:
+        served_link(clang, planned, strict)  # returns only when the link must run unserved
     if planned == args:
         os.execv(clang, [clang, *args])
     returncode, stdout, stderr = _run_keeping_output([clang, *planned])
@@ -271,6 +326,35 @@ def link(clang: str, args: list[str]) -> None:
                      "linked as clang does\n")  # fmt: skip
     sys.stderr.flush()
     os.execv(clang, [clang, *args])
+
+
+def served_link(clang: str, planned: list[str], strict: bool) -> None:
+    """Hand the link ``planned`` to the policy server, which runs it with its backends inside lld one at a time
+    (``--thinlto-jobs=1``: they share each decision's channel), every decision served; exit with its status.
+    Return only when the link must run unserved: no policy decides its language, or the server or a policy
+    failed (one warning line; ``OPTGYM_STRICT=1``: the failure stands instead)."""
+    policies = lto_policies(planned)
+    policy = describe(policies)
+    backend_flags = [f"-Wl,-mllvm,{option}" for option in BACKEND_FLAGS[1::2]]
+    command = [*without_link_jobs(planned), "-Wl,--thinlto-jobs=1", *backend_flags]
+    try:
+        reply = cc.serve_request(clang, command, policies, thinlto=True, link=True)
+    except (OSError, ValueError) as e:
+        reply = {"fallback": True, "warning": str(e)}
+    if not reply.get("fallback") and not reply.get("warning"):
+        if os.environ.get("OPTGYM_VERBOSE") == "1":
+            sys.stderr.write(f"optgym-cc: ThinLTO: {reply.get('sessions', 0)} backend sessions in lld served by "
+                             f"{policy}, {int(reply.get('decisions', 0))} decisions\n")  # fmt: skip
+        sys.exit(int(reply["returncode"]))
+    if not reply.get("warning"):  # no policy decides this link's language: clang's own backends
+        return
+    if strict or not reply.get("fallback"):
+        sys.stderr.write(f"optgym-cc: {'error' if strict else 'warning'}: ThinLTO policy {policy}: {reply['warning']}"
+                         f"{' (OPTGYM_STRICT=1)' if strict else ''}\n")  # fmt: skip
+        sys.exit(1 if reply.get("fallback") else int(reply["returncode"]))
+    sys.stderr.write(f"optgym-cc: warning: ThinLTO policy {policy}: the link was not served: {reply['warning']}; "
+                     "linked with clang's own backends\n")  # fmt: skip
+    sys.stderr.flush()
 
 
 def _run_keeping_output(argv: list[str]) -> tuple[int, bytes, bytes]:

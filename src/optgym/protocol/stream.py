@@ -27,6 +27,7 @@ from optgym.protocol.errors import ProtocolError
 from optgym.protocol.tensors import RecordLayout, TensorSpec, encode_tensor
 
 _OBSERVATION = b'{"observation":'
+_HEADER = b'{"features":'  # how every header line starts (LLVM writes the key first)
 
 #: Longest control line accepted; a header of 100 IR2Vec-sized features is far below this.
 MAX_LINE = 1 << 20
@@ -122,7 +123,10 @@ def _parse_header(obj: Any) -> Header:
 class StreamDecoder:
     """Incremental decoder. ``feed`` bytes, then iterate ``events()`` until it stops yielding."""
 
-    def __init__(self) -> None:
+    def __init__(self, sessions: bool = False) -> None:
+        """``sessions``: the stream may hold one session after another (a link's ThinLTO backends on one
+        channel), each starting with its own header line."""
+        self._sessions = sessions
         self._buffer = bytearray()
         self.header: Header | None = None
         self._pending: tuple[str, int] | None = None  # ("observation"|"outcome", index) awaiting tensor bytes
@@ -157,8 +161,10 @@ class StreamDecoder:
             digits = line[len(_OBSERVATION) : -1]
             if digits.isdigit() and len(digits) < 19:  # LLVM's exact form: skip the JSON parser (hot path)
                 return self._control({"observation": int(digits)}, line)
-        if self.header is None:
+        if self.header is None or (self._sessions and line.startswith(_HEADER)):
             self.header = _header_line(line)
+            self._observations.clear()  # a new session numbers its observations from 0 again
+            self._context = None
             return self.header
         return self._control(_json(line), line)
 

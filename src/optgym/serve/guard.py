@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -97,17 +98,47 @@ def output_path(args: Sequence[str], cwd: str) -> str:
     return os.path.join(cwd, output)
 
 
+def link_linker(args: Sequence[str], driver: str) -> str | None:
+    """The lld a ThinLTO link's driver runs: ``--ld-path``, else ``-fuse-ld`` as a path, else ``ld.lld`` beside the
+    driver (where clang looks first) or on ``PATH``; ``None`` if there is none."""
+    ld_path = use = None
+    for arg in args:
+        if arg.startswith("--ld-path="):
+            ld_path = arg.split("=", 1)[1]
+        elif arg.startswith("-fuse-ld="):
+            use = arg.split("=", 1)[1]
+    if ld_path or (use and os.path.isabs(use)):
+        return shutil.which(ld_path or use or "")
+    beside = os.path.join(os.path.dirname(driver), "ld.lld")
+    return beside if os.access(beside, os.X_OK) else shutil.which("ld.lld")
+
+
+def link_output(args: Sequence[str], cwd: str) -> str:
+    """The file a link writes: the last ``-o``, else ``a.out`` in ``cwd``."""
+    return os.path.join(cwd, operands(list(args))[1] or "a.out")
+
+
 def remove_partial_output(output: str, since: float) -> None:
     """Remove the temporary file a compile killed before it finished left instead of ``output``: clang writes
     ``<stem>-<8 hex digits><ext>.tmp`` beside it and renames it at the end (LLVM's unique-file model), so a
     compile the server stops (a refused answer, a timeout, a launcher gone) leaves one behind. Only files made
     since ``since`` (the compile's start, ``time.time()``) go: an older one is not that compile's."""
-    directory, name = os.path.split(output)
-    stem, ext = os.path.splitext(name)
-    with contextlib.suppress(OSError), os.scandir(directory or ".") as entries:
+    stem, ext = os.path.splitext(os.path.basename(output))
+    _remove_made_since(output, since, stem + "-", 8, ext + ".tmp")
+
+
+def remove_partial_link(output: str, since: float) -> None:
+    """The same for a link stopped before it finished: lld writes ``<output>.tmp<7 hex digits>`` and renames it."""
+    _remove_made_since(output, since, os.path.basename(output) + ".tmp", 7, "")
+
+
+def _remove_made_since(output: str, since: float, prefix: str, digits: int, suffix: str) -> None:
+    """Remove the files beside ``output`` named ``prefix``, ``digits`` hex digits, ``suffix``, made since ``since``."""
+    with contextlib.suppress(OSError), os.scandir(os.path.dirname(output) or ".") as entries:
         for entry in entries:
-            middle = entry.name[len(stem) + 1 : -len(ext + ".tmp")] if entry.name.endswith(ext + ".tmp") else ""
-            if not (entry.name.startswith(stem + "-") and len(middle) == 8 and _is_hex(middle)):
+            name = entry.name
+            middle = name[len(prefix) : len(name) - len(suffix)]
+            if not (name.startswith(prefix) and name.endswith(suffix) and len(middle) == digits and _is_hex(middle)):
                 continue
             with contextlib.suppress(OSError):
                 if entry.stat().st_mtime >= since - 1:

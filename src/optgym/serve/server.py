@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from optgym.errors import OptgymError
+from optgym.files import cache_root
 from optgym.policies import DEFAULT_GUARD_BELOW, pretrained_path, resolve_policy
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
 from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
@@ -67,17 +68,20 @@ from optgym.serve.guard import (
     Guard,
     guard_below,
     keep_smaller,
+    link_linker,
+    link_output,
     output_path,
     reference_args,
     remove_orphans,
+    remove_partial_link,
     remove_partial_output,
     sibling,
     unguardable,
 )
 from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.language import driver_language, family
-from optgym.toolchain.llvm import Hook, find_toolchain, parse_version
-from optgym.toolchain.process import kill_group, spawn, wait_exit
+from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
+from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
 
 MAX_REQUEST = 1 << 20
@@ -319,6 +323,7 @@ class Server:
         except ValueError as e:
             return _plain(fds, str(e))
         backend = bool(request.get("thinlto"))  # a ThinLTO backend of a link: no portfolio, guarded only on request
+        link = backend and bool(request.get("link"))  # a ThinLTO link whose backends run inside lld, one at a time
         language = driver_language(argv)
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
@@ -344,14 +349,18 @@ class Server:
         work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
         command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
+        if link and (linker := link_linker(args, argv[0])):  # lld dies with the driver, which dies with us
+            command.append(f"--ld-path={linker_dying_with_driver(linker, cache_root() / 'linkers')}")
+        to_clang = for_linker if link else list  # a link hands each -mllvm option to lld
         compile_ = InteractiveCompile(
-            lambda *bases: [*command, *problem_flags([s.problem for s in served], bases)],
+            lambda *bases: [*command, *to_clang(problem_flags([s.problem for s in served], bases))],
             channels=len(served),
             timeout=timeout,
             stdout=stdout_fd,
             stderr=diagnostics.fileno(),
             cwd=cwd,
             env=env,
+            sessions=link,
         )
         # clang's own compile among the candidates is the guard already
         guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
@@ -372,10 +381,14 @@ class Server:
                     return {"fallback": True}
                 running.compile = compile_
             reply = self._drive(compile_, language, guard, served, linkage)
+            if link:  # how many of its backends' sessions were served
+                reply["sessions"] = compile_.sessions
             if not reply.get("fallback"):
                 _copy(diagnostics, stderr_fd)
             elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
                 remove_partial_output(output_path(argv[1:], cwd), started)
+            elif link:  # and lld's half-written program
+                remove_partial_link(link_output(argv[1:], cwd), started)
             if guard is not None and not reply.get("fallback"):
                 reply |= guard.finish(reply["returncode"], timeout)
             if len(candidates) > 1 and not reply.get("fallback") and reply["returncode"] == 0:
@@ -536,14 +549,17 @@ class Server:
         warnings: list[str] = []
         if compile_.start() is not None:
             # The loop runs once per decision, between two of clang's feature computations: each channel's
-            # decider is made once, when its first decision comes, and decides everything after.
+            # decider is made once per session (a compile has one; a link one per backend), when its first
+            # decision comes, and decides everything after.
             deciders: list[Decider | None] = [None] * len(served)
+            sessions = [0] * len(served)
             next_observation, answer = compile_.next_observation, compile_.answer
             try:
                 while (obs := next_observation()) is not None:
                     channel = compile_.channel
                     decider = deciders[channel]
-                    if decider is None:
+                    if decider is None or sessions[channel] != compile_.session:
+                        sessions[channel] = compile_.session
                         decider = deciders[channel] = self._decider(
                             served[channel], compile_, language, warnings, linkage
                         )

@@ -15,6 +15,11 @@ disk that could be left behind. Every wait is bounded by ``timeout``, which coun
 spent waiting for the *compiler* (a host that thinks for a minute between two decisions — a
 learner updating its network — does not time the compile out).
 
+A link may carry several *sessions* on one channel (``sessions=True``): lld's in-process ThinLTO backends, run one
+at a time, each open the channel anew, send a header and decide, then close it. Between two sessions the host
+swaps in a fresh reader of ``.out`` (opened before the old one closes, so clang never finds the FIFO without a
+reader), keeps the names until the link exits, and reads each new header as the start of the next session.
+
 Several decision problems can share one compile (``channels=N``: the inliner's decisions during
 optimization, then register allocation's during code generation), each over its own FIFO pair. clang
 answers one of them at a time, so the host polls every stream and hands back events in the order they
@@ -109,6 +114,8 @@ class _Channel:
     header: Header | None = None
     context: str | None = None
     closed: bool = False  # the compiler closed its end after the header: nothing more will come
+    base: str = ""  # the FIFO pair's path without its suffix, to reopen ``.out`` between sessions
+    session: int = 0  # headers seen on this channel: its sessions so far
 
 
 class InteractiveCompile:
@@ -136,6 +143,7 @@ class InteractiveCompile:
         stdout=subprocess.DEVNULL,
         stderr=None,
         env: dict[str, str] | None = None,
+        sessions: bool = False,
     ) -> None:
         """``stdout``/``stderr``: where the compiler's go (``stderr=None``: a temporary file whose tail
         ends up in ``outcome.stderr_tail``; a file descriptor passes it straight through, as a
@@ -147,6 +155,7 @@ class InteractiveCompile:
             raise ValueError("a transcript records a single channel's exchange")
         self._argv, self.timeout, self._cwd, self._stdout = argv, timeout, cwd, stdout
         self._stderr, self._env = stderr, env
+        self._sessions = sessions
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, _Resources.release, self._res)
         self._channel_count = channels
@@ -194,6 +203,17 @@ class InteractiveCompile:
         return self._channels[self.channel].header if self._channels else None
 
     @property
+    def session(self) -> int:
+        """Which session of :attr:`channel` the pending decision belongs to (1 for the first): a new number is a
+        new backend, whose decider starts afresh."""
+        return self._channels[self.channel].session if self._channels else 0
+
+    @property
+    def sessions(self) -> int:
+        """Sessions opened so far, over every channel."""
+        return sum(c.session for c in self._channels)
+
+    @property
     def context(self) -> str | None:
         """The function (or module) :attr:`channel`'s compiler pass is working on."""
         return self._channels[self.channel].context if self._channels else None
@@ -220,7 +240,7 @@ class InteractiveCompile:
             out_fd = os.open(base + ".out", os.O_RDONLY | os.O_NONBLOCK)
             res.fds.append(out_fd)
             self._by_fd[out_fd] = len(self._channels)
-            self._channels.append(_Channel(in_fd, out_fd))
+            self._channels.append(_Channel(in_fd, out_fd, StreamDecoder(self._sessions), base=base))
             self._poller.register(out_fd, select.POLLIN)
         count = len(self._channels)  # per current channel: the order in which channels are looked at
         self._orders = [(current, *(i for i in range(count) if i != current)) for current in range(count)]
@@ -294,10 +314,12 @@ class InteractiveCompile:
                     channel.context = event.name
                     continue
                 if isinstance(event, Header):
-                    if channel.header is not None:
+                    if channel.header is not None and not self._sessions:
                         raise ProtocolError("a second header in one channel's stream")
                     channel.header = event
-                    if self._res.directory is not None and all(c.header for c in self._channels):
+                    channel.session += 1
+                    # later sessions open the names again: with sessions they stay until the end
+                    if not self._sessions and self._res.directory is not None and all(c.header for c in self._channels):
                         # every channel is open on both sides: nothing needs the names any more
                         shutil.rmtree(self._res.directory, ignore_errors=True)
                         self._res.directory = None
@@ -327,11 +349,15 @@ class InteractiveCompile:
                     else "the compiler is still running"
                 )
                 return None
-            if any([self._read(self._by_fd[fd], revents) for fd, revents in ready if fd in self._by_fd]):
-                continue
-            exited = proc.poll() is not None
-            if exited and self._drained():
-                continue
+            try:
+                if any([self._read(self._by_fd[fd], revents) for fd, revents in ready if fd in self._by_fd]):
+                    continue
+                exited = proc.poll() is not None
+                if exited and self._drained():
+                    continue
+            except ProtocolError as e:  # a session cut short
+                self._protocol_failure(e)
+                return None
             if exited or all(c.closed for c in self._channels):
                 self._eof()
                 return None
@@ -352,11 +378,32 @@ class InteractiveCompile:
                 self._res.transcript.record("out", data)
             channel.decoder.feed(data)
             return True
+        if self._sessions:
+            if channel.decoder.header is not None or channel.decoder.buffered:  # a session ended: await the next
+                self._next_session(index)
+            return False
         if channel.header is not None or channel.decoder.buffered or revents & select.POLLHUP:
             channel.closed = True
             assert self._poller is not None
             self._poller.unregister(channel.out_fd)  # a closed FIFO polls as ready forever
         return False
+
+    def _next_session(self, index: int) -> None:
+        """Channel ``index``'s writer closed its session: read the next one through a fresh descriptor (a reader
+        whose writer left polls as ready forever), opened before the old one closes, so the FIFO always has a
+        reader and clang's next open never fails. What the session left unfinished is a protocol error."""
+        channel = self._channels[index]
+        channel.decoder.close()
+        fresh = os.open(channel.base + ".out", os.O_RDONLY | os.O_NONBLOCK)
+        self._res.fds.append(fresh)
+        assert self._poller is not None
+        self._poller.unregister(channel.out_fd)
+        del self._by_fd[channel.out_fd]
+        self._res.fds.remove(channel.out_fd)
+        os.close(channel.out_fd)
+        channel.out_fd, channel.decoder = fresh, StreamDecoder(sessions=True)
+        self._by_fd[fresh] = index
+        self._poller.register(fresh, select.POLLIN)
 
     def _drained(self) -> bool:
         """Read every channel once more (the compiler has exited): whether any still had data, which
@@ -376,7 +423,7 @@ class InteractiveCompile:
         if proc.returncode == 0:
             try:
                 for channel in self._channels:
-                    if channel.header is not None or channel.decoder.buffered:
+                    if channel.decoder.header is not None or channel.decoder.buffered:
                         channel.decoder.close()
             except ProtocolError as e:
                 self._protocol_failure(e)

@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,17 @@ class Hook:
     def flags(self, base: str) -> list[str]:
         """The driver flags that route the decision over the channel at ``base``, each option behind ``-mllvm``."""
         return [arg for option in self.mllvm(base) for arg in ("-mllvm", option)]
+
+
+def for_linker(flags: Sequence[str]) -> list[str]:
+    """Driver flags of a compile made flags of a link: each ``-mllvm OPTION`` becomes ``-Wl,-mllvm,OPTION``, which
+    the driver hands to lld, whose in-process ThinLTO backends take it (an option with a comma cannot pass)."""
+    items = list(flags)
+    if len(items) % 2 or any(flag != "-mllvm" for flag in items[::2]):
+        raise ValueError(f"only -mllvm options reach a link's backends, not {items}")
+    if any("," in option for option in items[1::2]):
+        raise ValueError(f"-Wl splits at commas: {items}")
+    return [f"-Wl,-mllvm,{option}" for option in items[1::2]]
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,29 @@ STDERR_TAIL = 4000
 _IF_HOST_ALIVE = 'test "$PPID" = "$0" && exec "$@"'
 
 
+def linker_dying_with_driver(linker: str, directory: Path) -> str:
+    """A program that runs ``linker`` so that it dies with the clang driver that started it: a link's driver is
+    the host's child (and dies with the host, :func:`spawn`), but lld is the driver's child, and an lld left
+    behind would busy-loop on its closed channel. It is a shell script named like the linker (lld takes its
+    flavour from its name) in ``directory``, one per linker, made once; give it to the driver as ``--ld-path``.
+    Without ``setpriv``, the linker itself."""
+    if not _SETPRIV or "'" in linker:
+        return linker
+    import hashlib
+
+    wrapper = directory / hashlib.sha256(linker.encode()).hexdigest()[:16] / os.path.basename(linker)
+    script = (
+        f"#!/bin/sh\nexec {_SETPRIV} --pdeathsig KILL -- /bin/sh -c '{_IF_HOST_ALIVE}' \"$PPID\" '{linker}' \"$@\"\n"
+    )
+    if not wrapper.exists() or wrapper.read_text() != script:
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        partial = wrapper.with_name(f".{wrapper.name}.{os.getpid()}")
+        partial.write_text(script)
+        partial.chmod(0o755)
+        os.replace(partial, wrapper)  # atomically: a link running it never reads half a script
+    return str(wrapper)
+
+
 def _set_pdeathsig(host: int) -> None:  # pragma: no cover - runs in the child between fork and exec
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != host:
