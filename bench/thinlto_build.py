@@ -10,7 +10,7 @@ it with the build), as a ratio optgym / plain, per round and the median over rou
 is a wall ratio of at most 1.15 on 2 cores.
 
     .venv/bin/python bench/thinlto_build.py SRC [--plan FILE|none] [--policy SPEC] [--evict-policy SPEC]
-        [--priority-policy SPEC] [--rounds 3] [--jobs 2] [--target TRIPLE] [-o DIR]
+        [--priority-policy SPEC] [--backends lld|distributed] [--rounds 3] [--jobs 2] [--target TRIPLE] [-o DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from optgym.evaluate.build_compare import CompareOptions, compare_build
-from optgym_cc.thinlto import LTO_CHANNELS
+from optgym_cc.thinlto import BACKENDS, BACKENDS_MODES, LTO_CHANNELS
 
 
 def main() -> None:
@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--priority-policy", default=defaults["OPTGYM_LTO_PRIORITY_POLICY"],
                         help="OPTGYM_LTO_PRIORITY_POLICY of that build")  # fmt: skip
     parser.add_argument("--plan", default="pretrained", help="OPTGYM_LTO_PLAN of the optgym build")
+    parser.add_argument("--backends", choices=BACKENDS_MODES, default=BACKENDS_MODES[0],
+                        help="OPTGYM_LTO_BACKENDS of that build: where a served link's backends run")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--target", help="cross-build both for this triple (the target's own plan, if it ships one)")
@@ -44,13 +46,14 @@ def main() -> None:
     os.environ["OPTGYM_LTO_EVICT_POLICY"] = args.evict_policy
     os.environ["OPTGYM_LTO_PRIORITY_POLICY"] = args.priority_policy
     os.environ["OPTGYM_LTO_PLAN"] = args.plan
+    os.environ[BACKENDS] = args.backends
     os.environ["OPTGYM_VERBOSE"] = "1"
     out = args.output or Path(tempfile.mkdtemp(prefix="bench-thinlto-"))
     walls, cpus = [], []
     cross = f" --target={args.target}" if args.target else ""
     print(f"{args.source.name}: -Oz -flto=thin -fuse-ld=lld -j {args.jobs}{cross}, "
           f"optgym's ThinLTO plan {args.plan}, policies: inlining {args.policy}, eviction {args.evict_policy}, "
-          f"priority {args.priority_policy}")  # fmt: skip
+          f"priority {args.priority_policy}, served backends {args.backends}")  # fmt: skip
     for round_ in range(args.rounds):
         report = compare_build(
             CompareOptions(args.source, out / f"round{round_}", lto="thin", jobs=args.jobs, target=args.target)
