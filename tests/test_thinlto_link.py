@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -152,6 +153,30 @@ def test_the_backends_run_side_by_side_up_to_the_links_jobs(program):
     assert _run(program / "two") == _run(program / "plain")
 
 
+def _kill_server_once(
+    ready: Callable[[psutil.Process], bool], settle: Callable[[psutil.Process], None] | None = None
+) -> tuple[threading.Thread, threading.Event]:
+    """A started thread that SIGKILLs the first policy server for which ``ready`` holds (within 120 s), after
+    ``settle`` on it if given, and the event it sets once it has."""
+    killed = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for server in _servers():
+                if ready(server):
+                    if settle is not None:
+                        settle(server)
+                    server.send_signal(signal.SIGKILL)
+                    killed.set()
+                    return
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread, killed
+
+
 def _children(proc: psutil.Process) -> list[psutil.Process]:
     try:
         return proc.children(recursive=True)
@@ -208,20 +233,8 @@ def test_the_shipped_thinlto_scorers_are_asked_for_by_name_not_served_by_default
 def test_a_server_killed_mid_link_costs_the_link_nothing(program, served):
     """SIGKILL to the policy server while a backend is being served: the link still succeeds (the backends that
     were not served run as clang's own), says so in one warning line, and the program runs."""
-    killed = threading.Event()
-
-    def kill_at_first_backend() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed.is_set():
-            for server in _servers():
-                if any("-fthinlto-index" in " ".join(_cmd(p)) for p in _children(server)):
-                    server.send_signal(signal.SIGKILL)
-                    killed.set()
-                    return
-            time.sleep(0.002)
-
-    killer = threading.Thread(target=kill_at_first_backend)
-    killer.start()
+    killer, killed = _kill_server_once(lambda server: any("-fthinlto-index" in " ".join(_cmd(p))
+                                                         for p in _children(server)))  # fmt: skip
     policies = {"OPTGYM_LTO_POLICY": "random:1"} if served == "inlining" else _scorers()
     linked = _link(program, "killed", "-Wl,--thinlto-jobs=1", **policies)
     killer.join()
@@ -276,25 +289,17 @@ def test_a_server_killed_mid_link_inside_lld_costs_the_link_nothing_and_leaves_n
     its closed channel), the link runs again with clang's own backends and one warning line, the program runs,
     and nothing is left: no linker process, no half-written output."""
     monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
-    killed, lld = threading.Event(), []
+    lld: list[psutil.Process] = []
 
-    def kill_while_lld_waits() -> None:
-        """Stop the server once lld runs, so that lld soon waits for an answer; then kill it."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed.is_set():
-            for server in _servers():
-                if _linkers(server):
-                    server.suspend()
-                    while time.monotonic() < deadline and not any(_waits_on_a_pipe(p) for p in _linkers(server)):
-                        time.sleep(0.002)
-                    lld.extend(_linkers(server))
-                    server.send_signal(signal.SIGKILL)
-                    killed.set()
-                    return
+    def until_lld_waits(server: psutil.Process) -> None:
+        """Stop the server, so that lld soon waits for an answer, and wait for that."""
+        server.suspend()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(_waits_on_a_pipe(p) for p in _linkers(server)):
             time.sleep(0.002)
+        lld.extend(_linkers(server))
 
-    killer = threading.Thread(target=kill_while_lld_waits)
-    killer.start()
+    killer, killed = _kill_server_once(lambda server: bool(_linkers(server)), until_lld_waits)
     linked = _link(program, "killed-in-lld", **_scorers())
     killer.join()
     assert killed.is_set() and lld
