@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optgym.errors import ToolchainError
+from optgym.files import cache_root
 
 MIN_MAJOR = 22
 DEBIAN_DIR = Path("/usr/lib/llvm-22/bin")
@@ -130,8 +131,7 @@ def _probe_cache_file(clang: Path) -> Path | None:
     except OSError:
         return None
     key = f"{real}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-    root = Path(os.environ.get("OPTGYM_CACHE_DIR") or Path.home() / ".cache" / "optgym") / "toolchains"
-    return root / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    return cache_root() / "toolchains" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
 def _probe_cache_read(clang: Path) -> dict:
