@@ -379,8 +379,9 @@ class InteractiveCompile:
             channel.decoder.feed(data)
             return True
         if self._sessions:
-            if channel.decoder.header is not None or channel.decoder.buffered:  # a session ended: await the next
-                self._next_session(index)
+            spoke = channel.decoder.header is not None or channel.decoder.buffered > 0
+            if spoke or revents & select.POLLHUP:  # a session ended (or a writer left without a word): the next
+                self._next_session(index, spoke)
             return False
         if channel.header is not None or channel.decoder.buffered or revents & select.POLLHUP:
             channel.closed = True
@@ -388,12 +389,14 @@ class InteractiveCompile:
             self._poller.unregister(channel.out_fd)  # a closed FIFO polls as ready forever
         return False
 
-    def _next_session(self, index: int) -> None:
+    def _next_session(self, index: int, spoke: bool = True) -> None:
         """Channel ``index``'s writer closed its session: read the next one through a fresh descriptor (a reader
         whose writer left polls as ready forever), opened before the old one closes, so the FIFO always has a
-        reader and clang's next open never fails. What the session left unfinished is a protocol error."""
+        reader and clang's next open never fails. What a session that ``spoke`` left unfinished is a protocol
+        error."""
         channel = self._channels[index]
-        channel.decoder.close()
+        if spoke:
+            channel.decoder.close()
         fresh = os.open(channel.base + ".out", os.O_RDONLY | os.O_NONBLOCK)
         self._res.fds.append(fresh)
         assert self._poller is not None
