@@ -19,6 +19,7 @@ import pytest
 
 import optgym_cc
 from optgym.toolchain import object_sizes
+from optgym.toolchain.llvm import for_linker
 from optgym_cc import thinlto
 from optgym_cc.thinlto import PLAN_FORMAT
 
@@ -347,6 +348,18 @@ def test_a_link_inside_lld_runs_its_backends_one_at_a_time():
     """Backends sharing a channel must not run at once: the link's own parallelism is taken out."""
     args = ["-flto=thin", "-flto-jobs=4", "-Wl,--thinlto-jobs=3,--gc-sections", "-Wl,--thinlto-jobs=2", "a.o"]
     assert thinlto.without_link_jobs(args) == ["-flto=thin", "-Wl,--gc-sections", "a.o"]
+
+
+def test_a_links_channel_options_go_to_lld():
+    """A compile's ``-mllvm`` options reach a link's in-process backends only through ``-Wl``, which splits at
+    commas: anything else is refused, not passed on half."""
+    assert for_linker(["-mllvm", "-enable-ml-inliner=release", "-mllvm", "-x=/tmp/c"]) == [
+        "-Wl,-mllvm,-enable-ml-inliner=release",
+        "-Wl,-mllvm,-x=/tmp/c",
+    ]
+    for flags in (["-O2"], ["-mllvm"], ["-mllvm", "-a=1,2"]):
+        with pytest.raises(ValueError):
+            for_linker(flags)
 
 
 def test_strict_refuses_a_link_whose_backends_cannot_be_served(program, tmp_path):
