@@ -362,7 +362,11 @@ def test_a_links_channel_options_go_to_lld():
             for_linker(flags)
 
 
-def test_strict_refuses_a_link_whose_backends_cannot_be_served(program, tmp_path):
+@pytest.mark.parametrize("backends", thinlto.BACKENDS_MODES)
+def test_strict_refuses_a_link_whose_backends_cannot_be_served(program, tmp_path, monkeypatch, backends):
+    """A policy that cannot load: one warning line and clang's own backends, or with OPTGYM_STRICT=1 an error;
+    the same wherever the backends would have run."""
+    monkeypatch.setenv("OPTGYM_LTO_BACKENDS", backends)
     broken = tmp_path / "policy"
     broken.mkdir()
     (broken / "policy.json").write_text("{ not json")
