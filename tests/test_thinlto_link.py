@@ -327,6 +327,34 @@ def _waits_on_a_pipe(proc: psutil.Process) -> bool:
         return False
 
 
+def test_a_served_link_that_fails_inside_lld_is_clangs_own_link(program, monkeypatch):
+    """A link that fails inside lld for a reason of optgym's (here lld's wrapper cannot be run) is clang's own link,
+    with one warning line, and the program runs; one that fails for the build's own reason (an undefined symbol)
+    fails as clang's does, its error said once."""
+    monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
+    first = _link(program, "wrapped", OPTGYM_LTO_POLICY="never", OPTGYM_STRICT="1")
+    assert first.returncode == 0, first.stderr
+    wrappers = [path for path in (Path(os.environ["OPTGYM_CACHE_DIR"]) / "linkers").rglob("ld.lld")]
+    assert wrappers
+    try:
+        for wrapper in wrappers:
+            wrapper.chmod(0o644)
+        linked = _link(program, "unwrapped", OPTGYM_LTO_POLICY="never")
+    finally:
+        for wrapper in wrappers:
+            wrapper.chmod(0o755)
+    assert linked.returncode == 0, linked.stderr
+    warnings = [line for line in linked.stderr.splitlines() if line.startswith("optgym-cc:")]
+    assert len(warnings) == 1 and "served link failed" in warnings[0] and "as clang does" in warnings[0], warnings
+    assert (program / "unwrapped").read_bytes() == (program / "plain").read_bytes()
+    broken = _link(program, "broken-link", "-lno_such_library_anywhere", OPTGYM_LTO_POLICY="never")
+    assert broken.returncode != 0
+    lines = broken.stderr.splitlines()
+    assert len([line for line in lines if line.startswith("ld.lld: error:")]) == 1, lines  # clang's own link's
+    assert len([line for line in lines if line.startswith("optgym-cc:")]) == 1, lines
+    assert not (program / "broken-link").exists()
+
+
 @pytest.mark.parametrize("setting", ["side-by-side", ""])
 def test_the_backends_setting_is_checked(program, setting):
     """``OPTGYM_LTO_BACKENDS`` takes ``lld`` or ``distributed``: anything else is one note and clang's own link, or

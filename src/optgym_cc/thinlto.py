@@ -8,8 +8,9 @@ link's backends run one of two ways (``OPTGYM_LTO_BACKENDS``, :data:`BACKENDS`):
   names each decision's channel with one option per process, so backends in one lld can share a channel only
   one after another: each opens it, sends its header, is decided, and closes it — a *session*. The policy server
   runs the link itself, answers every session (:class:`optgym.toolchain.interactive.InteractiveCompile` with
-  ``sessions``), and a link it cannot serve runs again with clang's own backends and one warning line. No clang
-  starts per backend; the link gives up its own parallelism, which a parallel build fills with other steps.
+  ``sessions``). A link it cannot serve runs again with clang's own backends, and a served link that fails is
+  clang's own link, each with one warning line. No clang starts per backend; the link gives up its own
+  parallelism, which a parallel build fills with other steps.
 * ``distributed``: lld-22 hands the backends to an outside *distributor* (DTLTO): given
   ``--thinlto-distributor=PROG``, it writes a JSON file — ``common.args``, the backend compiler's command
   (``clang -c --target=… -O2 …``), and ``jobs[]``, each with its own ``args`` (``X.o -fthinlto-index=… -o
@@ -313,7 +314,7 @@ def link(clang: str, args: list[str]) -> None:
         sys.stderr.write(f"optgym-cc: note: {note}\n")
         sys.stderr.flush()
     if in_lld:
-        served_link(clang, planned, strict)  # returns only when the link must run unserved
+        served_link(clang, args, planned, strict)  # returns only when the link must run unserved
     if planned == args:
         os.execv(clang, [clang, *args])
     returncode, stdout, stderr = _run_keeping_output([clang, *planned])
@@ -328,11 +329,12 @@ def link(clang: str, args: list[str]) -> None:
     os.execv(clang, [clang, *args])
 
 
-def served_link(clang: str, planned: list[str], strict: bool) -> None:
+def served_link(clang: str, args: list[str], planned: list[str], strict: bool) -> None:
     """Hand the link ``planned`` to the policy server, which runs it with its backends inside lld one at a time
     (``--thinlto-jobs=1``: they share each decision's channel), every decision served; exit with its status.
     Return only when the link must run unserved: no policy decides its language, or the server or a policy
-    failed (one warning line; ``OPTGYM_STRICT=1``: the failure stands instead)."""
+    failed (one warning line; ``OPTGYM_STRICT=1``: the failure stands instead). A served link that fails is
+    clang's own link of ``args`` instead, with one warning line: its errors, if the build's, are clang's to say."""
     policies = lto_policies(planned)
     policy = describe(policies)
     backend_flags = [f"-Wl,-mllvm,{option}" for option in BACKEND_FLAGS[1::2]]
@@ -352,6 +354,10 @@ def served_link(clang: str, planned: list[str], strict: bool) -> None:
         sys.stderr.write(f"optgym-cc: {'error' if strict else 'warning'}: ThinLTO policy {policy}: {reply['warning']}"
                          f"{' (OPTGYM_STRICT=1)' if strict else ''}\n")  # fmt: skip
         sys.exit(1 if reply.get("fallback") else int(reply["returncode"]))
+    if reply.get("link_failed"):
+        sys.stderr.write(f"optgym-cc: warning: ThinLTO policy {policy}: {reply['warning']}; linked as clang does\n")
+        sys.stderr.flush()
+        os.execv(clang, [clang, *args])
     sys.stderr.write(f"optgym-cc: warning: ThinLTO policy {policy}: the link was not served: {reply['warning']}; "
                      "linked with clang's own backends\n")  # fmt: skip
     sys.stderr.flush()

@@ -146,6 +146,12 @@ def _plain(fds: Sequence[int], warning: str | None = None) -> dict[str, Any]:
     return {"fallback": True} | ({"warning": warning} if warning else {})
 
 
+def _lines(source: IO[bytes]) -> list[str]:
+    """The text written to ``source`` so far, as lines."""
+    source.seek(0)
+    return source.read().decode(errors="replace").splitlines()
+
+
 def _copy(source: IO[bytes], fd: int) -> None:
     """Everything written to ``source`` so far, onto ``fd`` (the build's stderr)."""
     source.seek(0)
@@ -383,6 +389,9 @@ class Server:
             reply = self._drive(compile_, language, guard, served, linkage)
             if link:  # how many of its backends' sessions were served
                 reply["sessions"] = compile_.sessions
+                if reply.get("returncode") and env.get("OPTGYM_STRICT") != "1":  # ours or the build's: clang's says
+                    why = next((line for line in _lines(diagnostics) if "error" in line), "").strip()
+                    reply = {"fallback": True, "link_failed": True, "warning": f"the served link failed ({why})"}
             if not reply.get("fallback"):
                 _copy(diagnostics, stderr_fd)
             elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
