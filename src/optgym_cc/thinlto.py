@@ -302,7 +302,7 @@ def link(clang: str, args: list[str]) -> None:
     clang's own link of the same command with one warning line — a plan's option that some link cannot take
     never breaks the build (``OPTGYM_STRICT=1``: the failure stands). A link optgym leaves alone is exec'd. A
     link the server runs (its backends served inside lld) that cannot be served is linked again with the plan
-    alone, with one warning line."""
+    alone, and one that fails there is clang's own link, each with one warning line (:func:`served_link`)."""
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
         planned, note, in_lld = link_plan(args, clang)
