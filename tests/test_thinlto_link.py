@@ -355,6 +355,26 @@ def test_a_served_link_that_fails_inside_lld_is_clangs_own_link(program, monkeyp
     assert not (program / "broken-link").exists()
 
 
+def test_links_under_the_serve_bound_are_not_served(program, monkeypatch):
+    """``OPTGYM_LTO_SERVE_FROM``: a link whose object and archive inputs weigh less is lld's own, no server started;
+    one that weighs that much is served. A bound that is not a number is one note and clang's own link."""
+    monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
+    weight = sum((program / name).stat().st_size for name in _objects())
+    under = _link(program, "under", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_SERVE_FROM=str(weight + 1),
+                  OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")  # fmt: skip
+    assert under.returncode == 0, under.stderr
+    assert "ThinLTO:" not in under.stderr and _servers() == []
+    assert (program / "under").read_bytes() == (program / "plain").read_bytes()  # no plan in these tests
+    at = _link(program, "at", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_SERVE_FROM=str(weight), OPTGYM_VERBOSE="1",
+               OPTGYM_STRICT="1")  # fmt: skip
+    assert at.returncode == 0, at.stderr
+    assert _sessions(at.stderr)[0] == UNITS + 1
+    bad = _link(program, "bad-bound", OPTGYM_LTO_POLICY="never", OPTGYM_LTO_SERVE_FROM="lots")
+    notes = [line for line in bad.stderr.splitlines() if line.startswith("optgym-cc:")]
+    assert bad.returncode == 0 and len(notes) == 1 and "OPTGYM_LTO_SERVE_FROM" in notes[0], notes
+    assert (program / "bad-bound").read_bytes() == (program / "plain").read_bytes()
+
+
 @pytest.mark.parametrize("setting", ["side-by-side", ""])
 def test_the_backends_setting_is_checked(program, setting):
     """``OPTGYM_LTO_BACKENDS`` takes ``lld`` or ``distributed``: anything else is one note and clang's own link, or

@@ -70,6 +70,10 @@ BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
 #: in one lld can share a channel only one after another; a distributed backend costs a clang start (~35 ms).
 BACKENDS = "OPTGYM_LTO_BACKENDS"
 BACKENDS_MODES = ("lld", "distributed")
+#: Serve only links whose object and archive inputs come to at least this many bytes (``OPTGYM_LTO_SERVE_FROM``;
+#: default 0, every link): a served link pays a fixed price (the server's round trip, and inside lld its
+#: backends one at a time) that a small link's own work does not cover (docs/experiments/2026-11-28-thinlto-in-lld.md).
+SERVE_FROM = "OPTGYM_LTO_SERVE_FROM"
 
 
 #: The file of a target's ThinLTO plan (:func:`lto_plan`), beside its policies.
@@ -228,6 +232,24 @@ def backends_mode() -> str:
     return mode
 
 
+def serve_from() -> int:
+    """``OPTGYM_LTO_SERVE_FROM`` in bytes (default 0); anything else is an error the build is told about."""
+    value = os.environ.get(SERVE_FROM, "").strip() or "0"
+    if not value.isdigit():
+        raise ValueError(f"{SERVE_FROM}={value!r} is not a number of bytes")
+    return int(value)
+
+
+def input_bytes(args: list[str]) -> int:
+    """What a link's object and archive inputs weigh on disk (shared libraries left out: no backend comes from
+    them); an input that cannot be read counts nothing."""
+    total = 0
+    for path in cc.operands(args)[0]:
+        if ".so" not in os.path.basename(path) and os.path.isfile(path):
+            total += os.path.getsize(path)
+    return total
+
+
 def without_link_jobs(args: list[str]) -> list[str]:
     """``args`` with the link's own backend parallelism taken out (``-flto-jobs=N``, and ``--thinlto-jobs=N`` in
     ``-Wl,`` lists): backends that share a channel must run one at a time."""
@@ -261,7 +283,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None, bool]
             raise
         return args, f"ThinLTO plan: {e}; linked as clang does", False
     try:
-        where = backends_mode()
+        where, smallest = backends_mode(), serve_from()
     except ValueError as e:
         if os.environ.get("OPTGYM_STRICT") == "1":
             raise
@@ -277,8 +299,8 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None, bool]
         return args, "a relocatable link (-r) makes no program yet; linked as clang does", False
     link_flags, options = plan or ([], [])
     ahead = [*(f"-Wl,{flag}" for flag in link_flags), *(f"-Wl,-mllvm={o}" for o in options)]
-    if not policies and not capturing:  # clang's own backends, in lld: they get the options from it
-        return [*ahead, *args], None, False
+    if not capturing and (not policies or (smallest and input_bytes(args) < smallest)):
+        return [*ahead, *args], None, False  # clang's own backends, in lld: they get the options from it
     if where == "lld" and not capturing:  # the server runs the link (:func:`served_link`)
         return [*ahead, *args], None, True
     distributor = [sys.executable, "-m", "optgym_cc.thinlto", "--jobs", str(link_jobs(args)),
@@ -307,7 +329,7 @@ def link(clang: str, args: list[str]) -> None:
     try:
         planned, note, in_lld = link_plan(args, clang)
     except (OSError, ValueError) as e:  # only with OPTGYM_STRICT=1: otherwise a note
-        what = "" if BACKENDS in str(e) else "ThinLTO plan: "
+        what = "" if BACKENDS in str(e) or SERVE_FROM in str(e) else "ThinLTO plan: "
         sys.stderr.write(f"optgym-cc: error: {what}{e} (OPTGYM_STRICT=1)\n")
         sys.exit(1)
     if note:
