@@ -250,6 +250,12 @@ def input_bytes(args: list[str]) -> int:
     return total
 
 
+def one_at_a_time(args: list[str]) -> list[str]:
+    """A link's driver arguments for its backends served inside lld: its own parallelism taken out
+    (:func:`without_link_jobs`), ``--thinlto-jobs=1``, and :data:`BACKEND_FLAGS` handed to lld."""
+    return [*without_link_jobs(args), "-Wl,--thinlto-jobs=1", *(f"-Wl,-mllvm,{o}" for o in BACKEND_FLAGS[1::2])]
+
+
 def without_link_jobs(args: list[str]) -> list[str]:
     """``args`` with the link's own backend parallelism taken out (``-flto-jobs=N``, and ``--thinlto-jobs=N`` in
     ``-Wl,`` lists): backends that share a channel must run one at a time."""
@@ -344,25 +350,28 @@ def link(clang: str, args: list[str]) -> None:
         sys.stdout.buffer.write(stdout)
         sys.stderr.buffer.write(stderr)
         sys.exit(returncode if returncode >= 0 else 128 - returncode)
-    why = next((line for line in stderr.decode(errors="replace").splitlines() if "error" in line), "")
-    sys.stderr.write(f"optgym-cc: warning: the ThinLTO link failed with optgym's plan and policy ({why.strip()}); "
+    why = first_error(stderr.decode(errors="replace"))
+    sys.stderr.write(f"optgym-cc: warning: the ThinLTO link failed with optgym's plan and policy ({why}); "
                      "linked as clang does\n")  # fmt: skip
     sys.stderr.flush()
     os.execv(clang, [clang, *args])
 
 
+def first_error(text: str) -> str:
+    """The first line of a failed link's diagnostics that says ``error``, for a one-line warning."""
+    return next((line.strip() for line in text.splitlines() if "error" in line), "")
+
+
 def served_link(clang: str, args: list[str], planned: list[str], strict: bool) -> None:
     """Hand the link ``planned`` to the policy server, which runs it with its backends inside lld one at a time
-    (``--thinlto-jobs=1``: they share each decision's channel), every decision served; exit with its status.
+    (:func:`one_at_a_time`: they share each decision's channel), every decision served; exit with its status.
     Return only when the link must run unserved: no policy decides its language, or the server or a policy
     failed (one warning line; ``OPTGYM_STRICT=1``: the failure stands instead). A served link that fails is
     clang's own link of ``args`` instead, with one warning line: its errors, if the build's, are clang's to say."""
     policies = lto_policies(planned)
     policy = describe(policies)
-    backend_flags = [f"-Wl,-mllvm,{option}" for option in BACKEND_FLAGS[1::2]]
-    command = [*without_link_jobs(planned), "-Wl,--thinlto-jobs=1", *backend_flags]
     try:
-        reply = cc.serve_request(clang, command, policies, thinlto=True, link=True)
+        reply = cc.serve_request(clang, planned, policies, thinlto=True, link=True)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if not reply.get("fallback") and not reply.get("warning"):

@@ -83,6 +83,7 @@ from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
 from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
+from optgym_cc.thinlto import first_error, one_at_a_time
 
 MAX_REQUEST = 1 << 20
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
@@ -144,12 +145,6 @@ def _plain(fds: Sequence[int], warning: str | None = None) -> dict[str, Any]:
     for fd in fds:
         os.close(fd)
     return {"fallback": True} | ({"warning": warning} if warning else {})
-
-
-def _lines(source: IO[bytes]) -> list[str]:
-    """The text written to ``source`` so far, as lines."""
-    source.seek(0)
-    return source.read().decode(errors="replace").splitlines()
 
 
 def _copy(source: IO[bytes], fd: int) -> None:
@@ -354,6 +349,8 @@ class Server:
         split = reads_linkage and unsplittable(argv[1:]) is None
         work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
+        if link:  # its backends share each decision's channel: one at a time
+            args = one_at_a_time(args)
         command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
         if link and (linker := link_linker(args, argv[0])):  # lld dies with the driver, which dies with us
             command.append(f"--ld-path={linker_dying_with_driver(linker, cache_root() / 'linkers')}")
@@ -390,7 +387,8 @@ class Server:
             if link:  # how many of its backends' sessions were served
                 reply["sessions"] = compile_.sessions
                 if reply.get("returncode") and env.get("OPTGYM_STRICT") != "1":  # ours or the build's: clang's says
-                    why = next((line for line in _lines(diagnostics) if "error" in line), "").strip()
+                    diagnostics.seek(0)
+                    why = first_error(diagnostics.read().decode(errors="replace"))
                     reply = {"fallback": True, "link_failed": True, "warning": f"the served link failed ({why})"}
             if not reply.get("fallback"):
                 _copy(diagnostics, stderr_fd)
