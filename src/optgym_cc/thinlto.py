@@ -250,12 +250,6 @@ def input_bytes(args: list[str]) -> int:
     return total
 
 
-def one_at_a_time(args: list[str]) -> list[str]:
-    """A link's driver arguments for its backends served inside lld: its own parallelism taken out
-    (:func:`without_link_jobs`), ``--thinlto-jobs=1``, and :data:`BACKEND_FLAGS` handed to lld."""
-    return [*without_link_jobs(args), "-Wl,--thinlto-jobs=1", *(f"-Wl,-mllvm,{o}" for o in BACKEND_FLAGS[1::2])]
-
-
 def without_link_jobs(args: list[str]) -> list[str]:
     """``args`` with the link's own backend parallelism taken out (``-flto-jobs=N``, and ``--thinlto-jobs=N`` in
     ``-Wl,`` lists): backends that share a channel must run one at a time."""
@@ -364,7 +358,8 @@ def first_error(text: str) -> str:
 
 def served_link(clang: str, args: list[str], planned: list[str], strict: bool) -> None:
     """Hand the link ``planned`` to the policy server, which runs it with its backends inside lld one at a time
-    (:func:`one_at_a_time`: they share each decision's channel), every decision served; exit with its status.
+    (the server's ``--thinlto-jobs=1``: they share each decision's channel), every decision served; exit with its
+    status.
     Return only when the link must run unserved: no policy decides its language, or the server or a policy
     failed (one warning line; ``OPTGYM_STRICT=1``: the failure stands instead). A served link that fails is
     clang's own link of ``args`` instead, with one warning line: its errors, if the build's, are clang's to say."""

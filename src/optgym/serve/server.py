@@ -83,7 +83,7 @@ from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
 from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
-from optgym_cc.thinlto import first_error, one_at_a_time
+from optgym_cc.thinlto import BACKEND_FLAGS, first_error, without_link_jobs
 
 MAX_REQUEST = 1 << 20
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
@@ -349,8 +349,8 @@ class Server:
         split = reads_linkage and unsplittable(argv[1:]) is None
         work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
-        if link:  # its backends share each decision's channel: one at a time
-            args = one_at_a_time(args)
+        if link:  # its backends share each decision's channel: one at a time, and BACKEND_FLAGS go to lld
+            args = [*without_link_jobs(args), "-Wl,--thinlto-jobs=1", *for_linker(BACKEND_FLAGS)]
         command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
         if link and (linker := link_linker(args, argv[0])):  # lld dies with the driver, which dies with us
             command.append(f"--ld-path={linker_dying_with_driver(linker, cache_root() / 'linkers')}")
