@@ -203,6 +203,10 @@ def test_cmake_project_outputs_paired_and_sized(cmake_run):
     assert report["optgym_environment"]["OPTGYM_POLICY"] == "never"
     assert report["optgym_environment"]["OPTGYM_STRICT"] == "1"
     assert report["builds"]["optgym"]["fallback_warnings"] == 0
+    # the build directories' paths are of one length: a path a build embeds in its outputs (a RUNPATH, __FILE__)
+    # weighs the same in both
+    trees = [report["builds"][variant]["tree"] for variant in ("plain", "optgym")]
+    assert trees[0] != trees[1] and len(trees[0]) == len(trees[1]), trees
 
 
 def test_cmake_project_timed_with_the_policy_server(cmake_run):
@@ -295,7 +299,7 @@ def test_plain_makefile_project(tmp_path):
     check_sizes(report, "archives")
     assert report["archives"][0]["optgym"]["text"] != report["archives"][0]["plain"]["text"]
     assert "clang version 22" in subprocess.run(
-        ["/usr/lib/llvm-22/bin/llvm-readelf", "-p", ".comment", str(tmp_path / "out" / "plain" / "prog")],
+        ["/usr/lib/llvm-22/bin/llvm-readelf", "-p", ".comment", str(Path(report["builds"]["plain"]["tree"]) / "prog")],
         capture_output=True, text=True,
     ).stdout  # fmt: skip
     check_tests_passed(report, (tmp_path / "out" / "report.md").read_text())

@@ -56,6 +56,10 @@ from optgym.toolchain.sizes import ElfError, object_sizes
 
 BUILD_SYSTEMS = ("cmake", "meson", "autotools", "make")
 VARIANTS = ("plain", "optgym")
+#: Each variant's build directory under OUTDIR: names of one length, since a build embeds its own paths (a CMake
+#: build's RUNPATH, ``__FILE__`` in a copied source tree) in read-only sections that count as Berkeley text, and
+#: ``plain`` and ``optgym`` would differ there by a byte per path.
+TREES = {variant: variant.ljust(max(map(len, VARIANTS)), "_") for variant in VARIANTS}
 LTO_MODES = ("thin", "full")
 FORMAT_VERSION = 1
 #: Marks a directory this command made, so that a second run may remove it — and never removes anything else.
@@ -204,7 +208,7 @@ def program_link_wrappers(opts: CompareOptions, tools: dict[str, Tools]) -> tupl
         return tools, ()
     wrapped = {}
     for variant, real in tools.items():
-        directory = opts.outdir / "wrappers" / variant
+        directory = opts.outdir / "wrappers" / TREES[variant]
         cc, cxx = (install_wrapper(directory / Path(compiler).name,
                                    wrapper_script(compiler, program_link_flags=flags,
                                                   comment="optgym compare-build: a program's link also gets the "
@@ -547,7 +551,7 @@ def compare_outputs(plain_tree: Path, optgym_tree: Path) -> dict[str, Any]:
 def _build_variant(system: str, opts: CompareOptions, variant: str, tools: Tools, env: dict[str, str],
                    progress: Callable[[str], None]) -> tuple[dict[str, Any], Path]:  # fmt: skip
     """Configure and build one variant; returns its record and the tree to scan for outputs."""
-    tree = opts.outdir / variant
+    tree = opts.outdir / TREES[variant]
     log = opts.outdir / f"{variant}.log"
     fresh_dir(tree, opts.source)
     record: dict[str, Any] = {"tree": str(tree), "log": str(log), "steps": []}
