@@ -266,6 +266,16 @@ def without_link_jobs(args: list[str]) -> list[str]:
     return kept
 
 
+def _link_settings(args: list[str]) -> tuple[tuple[list[str], list[str]] | None, str, int]:
+    """A link's plan options (:func:`plan_options`), ``OPTGYM_LTO_BACKENDS`` and ``OPTGYM_LTO_SERVE_FROM``; one that
+    cannot be used is a ``ValueError`` whose message says which."""
+    try:
+        plan = plan_options(args)  # a corpus records the links the build makes: the plan's too
+    except (OSError, ValueError) as e:
+        raise ValueError(f"ThinLTO plan: {e}") from e
+    return plan, backends_mode(), serve_from()
+
+
 def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None, bool]:
     """What a link step becomes: its command line after the driver (the plan's options before the build's own,
     the backends' flags after them: ``args`` unchanged is clang's own link), a note for the build, or ``None``,
@@ -277,13 +287,7 @@ def link_plan(args: list[str], clang: str) -> tuple[list[str], str | None, bool]
     if mode is None or not is_link(args):
         return args, None, False
     try:
-        plan = plan_options(args)  # a corpus records the links the build makes: the plan's too
-    except (OSError, ValueError) as e:
-        if os.environ.get("OPTGYM_STRICT") == "1":
-            raise
-        return args, f"ThinLTO plan: {e}; linked as clang does", False
-    try:
-        where, smallest = backends_mode(), serve_from()
+        plan, where, smallest = _link_settings(args)
     except ValueError as e:
         if os.environ.get("OPTGYM_STRICT") == "1":
             raise
@@ -328,9 +332,8 @@ def link(clang: str, args: list[str]) -> None:
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
         planned, note, in_lld = link_plan(args, clang)
-    except (OSError, ValueError) as e:  # only with OPTGYM_STRICT=1: otherwise a note
-        what = "" if BACKENDS in str(e) or SERVE_FROM in str(e) else "ThinLTO plan: "
-        sys.stderr.write(f"optgym-cc: error: {what}{e} (OPTGYM_STRICT=1)\n")
+    except ValueError as e:  # only with OPTGYM_STRICT=1: otherwise a note
+        sys.stderr.write(f"optgym-cc: error: {e} (OPTGYM_STRICT=1)\n")
         sys.exit(1)
     if note:
         sys.stderr.write(f"optgym-cc: note: {note}\n")
