@@ -23,7 +23,7 @@ system-deps:
 	fi
 	@test -x /usr/lib/llvm-22/bin/clang || { echo "clang-22 did not install"; exit 1; }
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml scripts/optgym-cc scripts/optgym-llvm-ar
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
@@ -58,6 +58,7 @@ test-research: setup
 
 bench: setup
 	$(VENV)/bin/python bench/host_overhead.py
+	$(VENV)/bin/python bench/front_door.py
 
 ## What CI runs before the tests (.ci/run): ruff, the import layers and cycles (.importlinter), the types (mypy).
 check: venv

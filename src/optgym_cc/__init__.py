@@ -1,6 +1,10 @@
 """``optgym-cc`` / ``optgym-c++``: drop-in ``CC``/``CXX`` whose ``-Oz``/``-Os`` compiles a policy decides.
 
-This module lives outside the ``optgym`` package on purpose: it runs once per compile of a build,
+The names a build runs are ``scripts/optgym-cc``, a ``/bin/sh`` front door that execs clang-22 itself for the
+steps this launcher would pass through unchanged (a ThinLTO build's compile steps, other ``-O`` levels, links
+without LTO), since Python's start is ~10 ms a step, and hands every other step here (:func:`main`).
+
+This module lives outside the ``optgym`` package on purpose: it runs once per step it is handed,
 so it imports only the standard library's cheapest modules (no numpy, no gymnasium) and either
 ``exec``s clang-22 directly — linking, preprocessing, other optimization levels, ``--version``,
 ``OPTGYM_POLICY=heuristic`` — or hands the compile to the policy's server
@@ -529,10 +533,10 @@ def serve_request(
     return reply
 
 
-def _main(driver: str) -> None:
+def _main(driver: str, program: str) -> None:
     clang = _clang(driver)
     args = sys.argv[1:]
-    if explicit_target(args) is None and (prefixed := driver_target(sys.argv[0])):
+    if explicit_target(args) is None and (prefixed := driver_target(program)):
         args = [f"--target={prefixed}", *args]  # clang's own prefixed drivers do this; we exec clang by its path
     if "-c" not in args and lto(args):  # a link step of an LTO build: its backends may be served
         from optgym_cc import thinlto
@@ -570,22 +574,15 @@ def _main(driver: str) -> None:
     os._exit(returncode if returncode >= 0 else 128 - returncode)
 
 
-def main_llvm_tool() -> None:
-    """``optgym-llvm-ar``, ``optgym-llvm-ranlib``, ``optgym-llvm-nm``: LLVM 22's own tool of that name.
-
-    CMake takes ``optgym-`` for the compilers' toolchain prefix (as ``x86_64-linux-gnu-`` in a cross gcc's
-    name) and looks for ``optgym-llvm-ar`` beside them first — the archiver of an IPO build, and its first
-    choice of ``CMAKE_AR``. Any other ``llvm-ar`` it would find (Debian's default is LLVM 14) cannot read
-    LLVM 22 bitcode, so an LTO build's static library failed to archive; libtool's ``NM`` reads symbols from
-    the same bitcode."""
-    name = os.path.basename(sys.argv[0]).removeprefix("optgym-")
-    tool = _clang(name)
-    os.execv(tool, [tool, *sys.argv[1:]])
+#: The name the build ran the front door by (``scripts/optgym-cc``: ``optgym-cc``, ``optgym-c++``, or a
+#: triple-prefixed link to either), which it hands to the launcher: the launcher's own name is not the build's.
+FRONT_NAME_VARIABLE = "OPTGYM_FRONT_NAME"
 
 
-def main_cc() -> None:
-    _main("clang")
-
-
-def main_cxx() -> None:
-    _main("clang++")
+def main() -> None:
+    """``optgym-cc-launcher``: the steps ``optgym-cc``/``optgym-c++`` (``scripts/optgym-cc``, a ``/bin/sh``
+    front door) do not pass to clang themselves. The driver comes from the name the build used: a ``++``
+    name compiles and links as ``clang++``. The variable is taken out of the environment, so neither clang
+    nor the policy server inherits it."""
+    program = os.environ.pop(FRONT_NAME_VARIABLE, sys.argv[0])
+    _main("clang++" if program.endswith("++") else "clang", program)
