@@ -23,6 +23,7 @@ def test_doctor_reports_clang_and_hooks():
     out = optgym("doctor").stdout
     assert "clang version 22." in out
     assert "inliner" in out and "yes" in out
+    assert out.count("runs clang-22") == 2  # optgym-cc and optgym-c++ (tests/test_front.py: when they do not)
 
 
 def test_evaluate_never_vs_heuristic_json(corpus_dir, tmp_path):

@@ -130,3 +130,13 @@ def test_the_installed_scripts_are_the_repositorys() -> None:
     for name in LLVM_TOOLS:
         assert (BIN / name).read_bytes() == (REPO / "scripts" / "optgym-llvm-ar").read_bytes()
     assert os.access(BIN / "optgym-cc-launcher", os.X_OK)
+
+
+def test_doctor_says_whether_the_compilers_work(lone_front: Path) -> None:
+    """``optgym doctor`` runs each front door: the installed ones answer as clang-22; fronts with no launcher
+    beside them (a broken install) are reported broken, since a build's served steps would fail."""
+    from optgym.cli import _doctor_compilers
+
+    assert _doctor_compilers(BIN)
+    assert not _doctor_compilers(lone_front)
+    assert not _doctor_compilers(lone_front / "nowhere")

@@ -60,10 +60,30 @@ def _global_options(
             _fail(str(e))
 
 
+def _doctor_compilers(bin_dir: Path) -> bool:
+    """Whether the drop-in compilers beside this interpreter work: each front door (a ``/bin/sh`` script) answers
+    ``--version`` as clang-22 itself, and the Python launcher it hands served steps to is there. A build that
+    names ``CC=optgym-cc`` fails at its first step otherwise, so say it here first."""
+    import subprocess
+
+    ok = os.access(bin_dir / "optgym-cc-launcher", os.X_OK)
+    for name in ("optgym-cc", "optgym-c++"):
+        front = bin_dir / name
+        try:
+            done = subprocess.run([str(front), "--version"], capture_output=True, text=True, timeout=30)
+            works = done.returncode == 0 and "clang version 22." in done.stdout
+        except OSError:
+            works = False
+        answer = "[green]runs clang-22[/]" if works and ok else "[red]broken: reinstall optgym (pip install -e .)[/]"
+        console.print(f"compiler   {name:18s} {front}  {answer}", highlight=False)
+        ok &= works
+    return ok
+
+
 @app.command()
 def doctor() -> None:
     """Say what optgym found: clang, its version and the MLGO hook of every decision problem, the LLVM tools,
-    Python packages."""
+    whether the drop-in compilers run, Python packages."""
     from optgym.errors import ToolchainError
     from optgym.problems import registry
     from optgym.toolchain.llvm import find_toolchain
@@ -86,6 +106,7 @@ def doctor() -> None:
     except ToolchainError as e:
         console.print(f"clang      [red]{e}[/]")
         ok = False
+    ok &= _doctor_compilers(Path(sys.executable).parent)
     console.print(f"setpriv    {shutil.which('setpriv') or '[yellow]missing: falls back to preexec_fn[/]'}")
     console.print(f"python     {sys.version.split()[0]}")
     for dist in ("gymnasium", "numpy", "typer", "rich"):
