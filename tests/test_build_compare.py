@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from optgym.evaluate.build_compare import detect_build_system, failing_only_in_optgym, parse_tests
+from optgym.evaluate.build_compare import detect_build_system, failing_only_in_optgym, parse_tests, suite_status
 from optgym.evaluate.elf_sizes import archive_sizes
 
 LLVM_SIZE = "/usr/lib/llvm-22/bin/llvm-size"
@@ -384,6 +384,20 @@ def test_parse_test_results():
     assert parse_tests("autotools", AUTOMAKE) == {"passed": 1, "failed": 1, "failed_names": ["t2.sh"]}
     assert parse_tests("meson", MESON) == {"passed": 1, "failed": 1, "failed_names": ["b"]}
     assert parse_tests("make", "ok\n") == {"passed": None, "failed": None, "failed_names": None}
+
+
+def test_a_suite_that_ran_no_test_is_not_called_passed():
+    """Each harness exits 0 when a project defines no test (meson's and ctest's words, as gvfs and gl2ps print
+    them): the report says "no tests", so a build without a suite is never counted as one whose tests pass."""
+    for system, output in (("meson", "ninja: no work to do.\nNo tests defined.\n"),
+                           ("cmake", "Test project /b\nNo tests were found!!!\n")):  # fmt: skip
+        counts = parse_tests(system, output)
+        assert counts == {"passed": 0, "failed": 0, "failed_names": []}
+        assert suite_status(0, counts) == "no tests"
+    all_ok = MESON.replace("Fail:               1", "Fail:               0")
+    assert suite_status(0, parse_tests("meson", all_ok)) == "passed"
+    assert suite_status(1, parse_tests("meson", MESON)) == "failed"
+    assert suite_status(0, parse_tests("make", "ok\n")) == "passed"  # a hand-written suite: its exit status
 
 
 def test_a_test_failing_only_in_optgym_is_flagged():

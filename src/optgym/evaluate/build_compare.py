@@ -447,6 +447,8 @@ def parse_tests(system: str, output: str) -> dict[str, Any]:
             passed = counts.get("Ok", 0) + counts.get("Expected Fail", 0)
             failed = counts.get("Fail", 0) + counts.get("Unexpected Pass", 0) + counts.get("Timeout", 0)
             names = re.findall(r"^\s*\d+/\d+\s+(.+?)\s+(?:FAIL|TIMEOUT|UNEXPECTEDPASS|ERROR)\s", output, re.M)
+        elif "No tests defined." in output:
+            passed, failed, names = 0, 0, []
     else:
         counts = {k: int(v) for k, v in re.findall(r"^# (PASS|XFAIL|FAIL|XPASS|ERROR):\s+(\d+)\s*$", output, re.M)}
         if counts:
@@ -485,9 +487,18 @@ def run_tests(system: str, opts: CompareOptions, tools: Tools, tree: Path, env: 
         if step.returncode != 0 and re.search(r"No rule to make target .test'", log.read_text(errors="replace")):
             return {"command": step.command, "returncode": None, "status": "no check or test target", "passed": None,
                     "failed": None, "failed_names": None, "wall_s": step.wall_s, "log": str(log)}  # fmt: skip
-    status = "passed" if step.returncode == 0 else "failed"
-    return {"command": step.command, "returncode": step.returncode, "status": status,
-            **parse_tests(system, log.read_text(errors="replace")), "wall_s": step.wall_s, "log": str(log)}  # fmt: skip
+    counts = parse_tests(system, log.read_text(errors="replace"))
+    return {"command": step.command, "returncode": step.returncode, "status": suite_status(step.returncode, counts),
+            **counts, "wall_s": step.wall_s, "log": str(log)}  # fmt: skip
+
+
+def suite_status(returncode: int, counts: dict[str, Any]) -> str:
+    """``passed``, ``failed``, or ``no tests``: a harness that ran and counted none (ctest's "No tests were
+    found", meson's "No tests defined.", automake's zero totals) exits 0, and calling that "passed" would let a
+    report say a build's tests pass when it has none."""
+    if returncode != 0:
+        return "failed"
+    return "no tests" if counts["passed"] == 0 and counts["failed"] == 0 else "passed"
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
