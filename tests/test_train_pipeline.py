@@ -275,6 +275,7 @@ def test_credit_deviations_keeps_the_reward_only_where_the_rollout_left_the_gree
     import torch
     from conftest import C_SOURCE, FANOUT_SOURCE, _corpus
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from optgym.train.sb3 import build_model, credit_deviations_only, make_env, warmstart
@@ -303,6 +304,8 @@ def test_credit_deviations_keeps_the_reward_only_where_the_rollout_left_the_gree
             credit_deviations_only(self.model)
             seen["after"] = buffer.advantages.reshape(-1).copy()
 
+    # a logger of its own: learn() would otherwise make SB3's default one, a directory left in /tmp per run
+    model.set_logger(configure(str(work / "sb3-log"), []))
     try:
         model.learn(512, callback=Capture())
     finally:
