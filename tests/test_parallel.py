@@ -228,7 +228,9 @@ def test_process_pool_workers_die_with_a_killed_driver(tmp_path):
     script.write_text(_DRIVER)
     pids = tmp_path / "pids"
     pids.mkdir()
-    driver = subprocess.Popen([sys.executable, str(script), str(pids)])
+    # the driver's multiprocessing temp directory (the forkserver's socket) cannot be removed by a killed driver:
+    # it goes under this test's directory, not /tmp
+    driver = subprocess.Popen([sys.executable, str(script), str(pids)], env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 60
         while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
