@@ -27,12 +27,9 @@ HANDED_OVER = "optgym-cc-launcher not found"
 
 
 def launcher_passes_through(args: list[str], env: dict[str, str]) -> bool:
-    """What ``optgym_cc._main`` does with these arguments before looking at any policy: an LTO link may be
-    served (:mod:`optgym_cc.thinlto`), and :func:`optgym_cc.served` steps may be; everything else is clang's."""
-    if "-c" not in args and optgym_cc.lto(args):
-        return False
-    levels = tuple(env.get("OPTGYM_SERVE_OPT", "z,s").split(","))
-    return not optgym_cc.served(args, levels, env.get("OPTGYM_SERVE_LTO") == "1")
+    """What ``optgym_cc._main`` does with these arguments before looking at any policy
+    (:func:`optgym_cc.may_serve`): what it could not serve is clang's."""
+    return not optgym_cc.may_serve(args, env)
 
 
 @pytest.fixture(scope="module")

@@ -66,15 +66,16 @@ def _doctor_compilers(bin_dir: Path) -> bool:
     names ``CC=optgym-cc`` fails at its first step otherwise, so say it here first."""
     import subprocess
 
-    ok = os.access(bin_dir / "optgym-cc-launcher", os.X_OK)
+    launcher = os.access(bin_dir / "optgym-cc-launcher", os.X_OK)
+    ok = True
     for name in ("optgym-cc", "optgym-c++"):
         front = bin_dir / name
         try:
             done = subprocess.run([str(front), "--version"], capture_output=True, text=True, timeout=30)
-            works = done.returncode == 0 and "clang version 22." in done.stdout
+            works = launcher and done.returncode == 0 and "clang version 22." in done.stdout
         except OSError:
             works = False
-        answer = "[green]runs clang-22[/]" if works and ok else "[red]broken: reinstall optgym (pip install -e .)[/]"
+        answer = "[green]runs clang-22[/]" if works else "[red]broken: reinstall optgym (pip install -e .)[/]"
         console.print(f"compiler   {name:18s} {front}  {answer}", highlight=False)
         ok &= works
     return ok

@@ -53,6 +53,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing's own costs an import on every step; mypy reads this name the same way
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 # Only `os` and `sys` at import: a pass-through call (linking, -O2, --version…) must cost no more than
 # the interpreter's start. Serving imports only C modules that load in ~0.2 ms each: `_socket`, not
 # `socket` (6 ms: enum, selectors…); `marshal` (built in), not `json` (6 ms: re…); `_sha256`/`_sha2`,
@@ -365,6 +369,17 @@ def served(args: list[str], levels: tuple[str, ...], serve_lto: bool = False) ->
     return len(inputs) == 1 and inputs[0].endswith(SOURCE_SUFFIXES)
 
 
+def may_serve(args: list[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether optgym could serve this step at all, before any policy is looked at: a link step of an LTO build
+    (its backends, :mod:`optgym_cc.thinlto`) or a :func:`served` compile at ``OPTGYM_SERVE_OPT``'s levels. Every
+    other step is clang's own; the front door (``scripts/optgym-cc``) runs clang itself only for steps where
+    this is ``False``, and tests/test_front.py holds it to that."""
+    if "-c" not in args and lto(args):
+        return True
+    levels = tuple(environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
+    return served(args, levels, environ.get("OPTGYM_SERVE_LTO") == "1")
+
+
 def joined_output(arg: str) -> str | None:
     """FILE of ``-oFILE`` (``-o`` joined to its value; not ``-objcmt-…`` and the like), else ``None``."""
     return arg[2:] if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("-obj") else None
@@ -544,8 +559,7 @@ def _main(driver: str, program: str) -> None:
         thinlto.link(clang, args)
     target = compile_target(args)
     policies, missing = target_policies(target)
-    levels = tuple(os.environ.get("OPTGYM_SERVE_OPT", "z,s").split(","))
-    if (not policies and not missing) or not served(args, levels, os.environ.get("OPTGYM_SERVE_LTO") == "1"):
+    if (not policies and not missing) or not may_serve(args):
         os.execv(clang, [clang, *args])
     policies, missing, portfolio = compile_plan(target, args, driver, policies, missing)
     if missing:
