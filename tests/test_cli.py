@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -12,18 +13,23 @@ from optgym.corpus.embedded import corpus_from_sources
 from optgym.protocol.transcript import read_transcript
 
 
-def optgym(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "optgym.cli", *args], capture_output=True, text=True, timeout=300)
+def optgym(*args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "optgym.cli", *args], capture_output=True, text=True, timeout=300, env=env
+    )
     if check:
         assert proc.returncode == 0, proc.stderr + proc.stdout
     return proc
 
 
 def test_doctor_reports_clang_and_hooks():
-    out = optgym("doctor").stdout
+    # 40 columns: shorter than the lines with paths in them, which rich would wrap unless doctor keeps one per line
+    # (CI's checkout path once split "runs clang-22" off its line)
+    out = optgym("doctor", env={**os.environ, "COLUMNS": "40"}).stdout
     assert "clang version 22." in out
     assert "inliner" in out and "yes" in out
-    assert out.count("runs clang-22") == 2  # optgym-cc and optgym-c++ (tests/test_front.py: when they do not)
+    compilers = [line for line in out.splitlines() if line.startswith("compiler ")]
+    assert len(compilers) == 2 and all(line.endswith("runs clang-22") for line in compilers), out
 
 
 def test_evaluate_never_vs_heuristic_json(corpus_dir, tmp_path):

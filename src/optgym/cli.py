@@ -60,6 +60,12 @@ def _global_options(
             _fail(str(e))
 
 
+def _doctor_line(text: str) -> None:
+    """One doctor finding per line, never wrapped: a path can make a line longer than the terminal (or than rich's
+    80 columns when stdout is a pipe), and a finding split over two lines no longer greps."""
+    console.print(text, highlight=False, soft_wrap=True)
+
+
 def _doctor_compilers(bin_dir: Path) -> bool:
     """Whether the drop-in compilers beside this interpreter work: each front door (a ``/bin/sh`` script) answers
     ``--version`` as clang-22 itself, and the Python launcher it hands served steps to is there. A build that
@@ -76,7 +82,7 @@ def _doctor_compilers(bin_dir: Path) -> bool:
         except OSError:
             works = False
         answer = "[green]runs clang-22[/]" if works else "[red]broken: reinstall optgym (pip install -e .)[/]"
-        console.print(f"compiler   {name:18s} {front}  {answer}", highlight=False)
+        _doctor_line(f"compiler   {name:18s} {front}  {answer}")
         ok &= works
     return ok
 
@@ -92,29 +98,29 @@ def doctor() -> None:
     ok = True
     try:
         tc = find_toolchain()
-        console.print(f"clang      {tc.clang}  ({tc.banner})")
+        _doctor_line(f"clang      {tc.clang}  ({tc.banner})")
         for name, problem in registry().items():  # the hooks the problems declare: a new problem's is checked too
             present = tc.accepts(problem.hook)
             answer = "[green]yes[/]" if present else "[red]no[/]"
-            console.print(f"hook       {problem.hook.name:18s} {answer}  {name}", highlight=False)
+            _doctor_line(f"hook       {problem.hook.name:18s} {answer}  {name}")
             ok &= present or problem.hook.name != "inliner"  # inlining is what optgym does first; the rest may lack
         for tool in ("llvm-objcopy", "llvm-size"):
             try:
-                console.print(f"tool       {tool:18s} {tc.tool(tool)}")
+                _doctor_line(f"tool       {tool:18s} {tc.tool(tool)}")
             except ToolchainError as e:
-                console.print(f"tool       {tool:18s} [red]missing[/] {e}")
+                _doctor_line(f"tool       {tool:18s} [red]missing[/] {e}")
                 ok = False
     except ToolchainError as e:
-        console.print(f"clang      [red]{e}[/]")
+        _doctor_line(f"clang      [red]{e}[/]")
         ok = False
     ok &= _doctor_compilers(Path(sys.executable).parent)
-    console.print(f"setpriv    {shutil.which('setpriv') or '[yellow]missing: falls back to preexec_fn[/]'}")
-    console.print(f"python     {sys.version.split()[0]}")
+    _doctor_line(f"setpriv    {shutil.which('setpriv') or '[yellow]missing: falls back to preexec_fn[/]'}")
+    _doctor_line(f"python     {sys.version.split()[0]}")
     for dist in ("gymnasium", "numpy", "typer", "rich"):
         try:
-            console.print(f"package    {dist:18s} {importlib.metadata.version(dist)}")
+            _doctor_line(f"package    {dist:18s} {importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
-            console.print(f"package    {dist:18s} [red]missing[/]")
+            _doctor_line(f"package    {dist:18s} [red]missing[/]")
             ok = False
     if not ok:
         raise typer.Exit(1)
