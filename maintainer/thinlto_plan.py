@@ -75,6 +75,14 @@ CANDIDATES |= {
             "-disable-lsr",
             "-min-jump-table-entries=8",
         ),
+        # the thirtieth session's: block placement kept, laid out by its size-aware ext-TSP model instead of turned
+        # off (turning it off made an unseen package's string-compare chains 37 % larger: 2026-11-28-lto7.md)
+        "size-aware block layout, no loop strength reduction, jump tables from 8 cases": (
+            "-apply-ext-tsp-for-size",
+            "-disable-lsr",
+            "-min-jump-table-entries=8",
+        ),
+        "size-aware block layout, no loop strength reduction": ("-apply-ext-tsp-for-size", "-disable-lsr"),
     }.items()
 }
 
