@@ -185,7 +185,9 @@ def test_the_readme_results_follow_the_files(tmp_path):
     assert f"({modules} modules;" in rows["x86-64 C++"][4] and f"{len(sets)} sets" in rows["x86-64 C++"][4]
     assert {"x86-64 C", "Cortex-M4 C", "x86-64 ThinLTO", "AArch64 ThinLTO"} <= rows.keys()
     plan = json.loads((PRETRAINED_DIR / THINLTO_PLAN).read_text())
-    unseen = [(name, m) for name, m in plan["figures"]["unseen"].items() if "(" not in name]
+    unseen = [(name, m) for name, m in plan["figures"].get("unseen", {}).items() if "(" not in name]
+    if not unseen:  # a plan just chosen, not yet measured outside the training list
+        assert rows["x86-64 ThinLTO"][4] == "none measured yet"
     for position, (name, measured) in enumerate(unseen):  # the newest in bold, and no set of this plan left out
         ratio = f"{measured['total']['optgym']['dottext'] / measured['total']['plain']['dottext']:.4f}"
         shown = f"**{ratio}**: `{name}`" if position == len(unseen) - 1 else f"`{name}` {ratio}"
