@@ -100,15 +100,8 @@ def pool(out: Path) -> None:
 
 def check_one(name: str, work: Path, minutes: int) -> str:
     """``taken``, or why not: fetch, build dependencies, the plain ThinLTO build, its test suite."""
-    from optgym.evaluate.build_compare import (
-        BuildCompareError,
-        CompareOptions,
-        _build_variant,
-        detect_build_system,
-        run_tests,
-        variant_env,
-        variant_tools,
-    )
+    from optgym.evaluate.build_compare import BuildCompareError, _build_variant, detect_build_system, run_tests
+    from research.plan_outputs import thinlto_setup
 
     fetch = work / name
     fetch.mkdir(parents=True, exist_ok=True)
@@ -124,10 +117,7 @@ def check_one(name: str, work: Path, minutes: int) -> str:
         system = detect_build_system(trees[0])
     except BuildCompareError as e:  # a tree with no build system at its top
         return f"no build system: {e}"
-    opts = CompareOptions(source=trees[0], outdir=work / f"{name}-check", lto="thin", jobs=2)
-    tools = variant_tools("plain")
-    env = variant_env(opts, "plain", tools, None)
-    opts.outdir.mkdir(parents=True, exist_ok=True)
+    opts, tools, env = thinlto_setup(trees[0], work / f"{name}-check", "plain", 2)
     started = time.monotonic()
     record, tree = _build_variant(system, opts, "plain", tools, env, lambda _: None)
     if not record["ok"]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from optgym.evaluate.build_compare import (
     TREES,
     CompareOptions,
+    Tools,
     _build_variant,
     compare_outputs,
     detect_build_system,
@@ -33,14 +34,20 @@ from optgym.evaluate.build_compare import (
 FIELDS = ("dottext", "text")
 
 
-def build(source: Path, outdir: Path, variant: str, jobs: int, plan: Path | None = None) -> Path | None:
-    """One ThinLTO build of ``source`` (``-Oz -flto=thin -fuse-ld=lld``) into ``outdir``; its tree, or ``None``."""
+def thinlto_setup(source: Path, outdir: Path, variant: str, jobs: int) -> tuple[CompareOptions, Tools, dict[str, str]]:
+    """What compare-build gives one variant's ThinLTO build (``-Oz -flto=thin -fuse-ld=lld``) into ``outdir``:
+    its options, compilers and environment (``outdir`` made)."""
     opts = CompareOptions(source=source.resolve(), outdir=outdir.resolve(), lto="thin", jobs=jobs)
     tools = variant_tools(variant)
-    env = variant_env(opts, variant, tools, None)
+    outdir.mkdir(parents=True, exist_ok=True)
+    return opts, tools, variant_env(opts, variant, tools, None)
+
+
+def build(source: Path, outdir: Path, variant: str, jobs: int, plan: Path | None = None) -> Path | None:
+    """One ThinLTO build of ``source`` into ``outdir``; its tree, or ``None``."""
+    opts, tools, env = thinlto_setup(source, outdir, variant, jobs)
     if plan is not None:
         env["OPTGYM_LTO_PLAN"] = str(plan.resolve())
-    outdir.mkdir(parents=True, exist_ok=True)
     record, tree = _build_variant(detect_build_system(opts.source), opts, variant, tools, env, lambda _: None)
     return tree if record["ok"] else None
 
