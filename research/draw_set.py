@@ -13,7 +13,7 @@ the set is fixed before optgym builds any of it. ``DIR/draw.json`` records every
 
 The pool's conditions:
 
-- Section ``libs``.
+- Section ``libs`` (``--section``: others; lto8 walked that pool to its end).
 - ``Build-Depends`` names CMake, Meson or the autotools.
 - No other toolchain or heavy framework: see :data:`HEAVY`.
 - The orig tarball is at most 3 MB.
@@ -78,8 +78,9 @@ def dependency_names(field: str) -> list[str]:
     return [re.split(r"[\s(\[<]", d.strip(), maxsplit=1)[0] for d in re.split(r"[,|]", field) if d.strip()]
 
 
-def in_pool(stanza: dict[str, str], seen: str) -> bool:
-    if stanza.get("Section") != "libs":
+def in_pool(stanza: dict[str, str], seen: str, sections: tuple[str, ...] = ("libs",)) -> bool:
+    """``sections``: the Debian sections a package may come from (``*``: any)."""
+    if "*" not in sections and stanza.get("Section", "").rsplit("/", 1)[-1] not in sections:
         return False
     depends = dependency_names(stanza.get("Build-Depends", "") + "," + stanza.get("Build-Depends-Arch", ""))
     if not any(d in BUILD_SYSTEMS for d in depends) or any(h in d for d in depends for h in HEAVY):
@@ -91,9 +92,9 @@ def in_pool(stanza: dict[str, str], seen: str) -> bool:
     return not any(re.search(rf"(?<![a-z0-9]){re.escape(n)}(?![a-z0-9])", seen) for n in {name, name.rstrip("0-9.")})
 
 
-def pool(out: Path) -> None:
+def pool(out: Path, sections: tuple[str, ...] = ("libs",)) -> None:
     seen = seen_text()
-    names = sorted({s["Package"] for s in sources_stanzas() if in_pool(s, seen)})
+    names = sorted({s["Package"] for s in sources_stanzas() if in_pool(s, seen, sections)})
     out.write_text(json.dumps(names, indent=1) + "\n")
     print(f"{len(names)} packages in the pool: {out}")
 
@@ -157,6 +158,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pool")
     p.add_argument("-o", "--output", type=Path, required=True)
+    p.add_argument("--section", action="append", default=[],
+                   help="a Debian section the pool takes (repeatable; * for any; default: libs)")
     c = sub.add_parser("check")
     c.add_argument("pool", type=Path)
     c.add_argument("--seed", type=int, required=True)
@@ -166,7 +169,7 @@ def main() -> None:
     c.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
     if args.command == "pool":
-        pool(args.output)
+        pool(args.output, tuple(args.section) or ("libs",))
     else:
         check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes)
 
