@@ -158,8 +158,12 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pool")
     p.add_argument("-o", "--output", type=Path, required=True)
-    p.add_argument("--section", action="append", default=[],
-                   help="a Debian section the pool takes (repeatable; * for any; default: libs)")
+    p.add_argument(
+        "--section",
+        action="append",
+        default=[],
+        help="a Debian section the pool takes (repeatable; * for any; default: libs)",
+    )
     c = sub.add_parser("check")
     c.add_argument("pool", type=Path)
     c.add_argument("--seed", type=int, required=True)
