@@ -88,6 +88,7 @@ MORE_THRESHOLDS: dict[str, tuple[str, ...]] = {
         "no speculation in simplifycfg": "-max-speculation-depth=0",
         "no loop-simplifycfg terminator folding": "-enable-loop-simplifycfg-term-folding=false",
         "no block placement": "-disable-block-placement",
+        "size-aware block layout": "-apply-ext-tsp-for-size",
         "licm use-scan limit 0": "-licm-max-num-uses-traversed=0",
         "no machine scheduler": "-enable-misched=false",
         "no post-RA scheduler": "-enable-post-misched=false",

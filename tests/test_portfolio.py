@@ -505,11 +505,15 @@ def test_a_pool_with_clangs_allocator_holds_pass_options_only(tmp_path):
     assert [portfolio_tool._short(n) for n in wider][len(entries) :] == list(portfolio_tool.SIZE_PASSES)
 
 
-@pytest.mark.parametrize("name", list(portfolio_tool.SIZE_PASSES))
-def test_every_size_pass_is_known_to_clang(name, toolchain, tmp_path):
-    """clang-22 takes each ``--size-passes`` option (an unknown ``-mllvm`` option is an error) and compiles."""
+WIDE_POOL = {**portfolio_tool.MORE_THRESHOLDS, **portfolio_tool.SIZE_PASSES}
+
+
+@pytest.mark.parametrize("name", list(WIDE_POOL))
+def test_every_wide_and_size_pass_option_is_known_to_clang(name, toolchain, tmp_path):
+    """clang-22 takes each ``--wide`` and ``--size-passes`` option (an unknown ``-mllvm`` option is an error) and
+    compiles."""
     (tmp_path / "a.c").write_text(C_SOURCE)
-    done = subprocess.run([str(toolchain.clang), "-Oz", "-c", "a.c", *portfolio_tool.SIZE_PASSES[name]],
+    done = subprocess.run([str(toolchain.clang), "-Oz", "-c", "a.c", *WIDE_POOL[name]],
                           cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
