@@ -101,6 +101,7 @@ def pool(out: Path, sections: tuple[str, ...] = ("libs",)) -> None:
 
 def check_one(name: str, work: Path, minutes: int) -> str:
     """``taken``, or why not: fetch, build dependencies, the plain ThinLTO build, its test suite."""
+    from optgym.corpus.debian import APT_LOCK_WAIT
     from optgym.evaluate.build_compare import BuildCompareError, _build_variant, detect_build_system, run_tests
     from research.plan_outputs import thinlto_setup
 
@@ -109,7 +110,8 @@ def check_one(name: str, work: Path, minutes: int) -> str:
     if subprocess.run(["apt-get", "source", "-q", name], cwd=fetch, capture_output=True).returncode:
         return "not fetched"
     env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    if subprocess.run(["apt-get", "build-dep", "-y", "-q", name], capture_output=True, env=env).returncode:
+    wait = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT}"]  # another apt (a corpus build) is not the package's fault
+    if subprocess.run(["apt-get", *wait, "build-dep", "-y", "-q", name], capture_output=True, env=env).returncode:
         return "build dependencies do not install"
     trees = [p for p in fetch.iterdir() if p.is_dir()]
     if len(trees) != 1:
