@@ -3,6 +3,7 @@
 
     .venv/bin/python -m research.draw_set pool -o POOL.json
     .venv/bin/python -m research.draw_set check POOL.json --seed N --want 5 -o DIR [--skip NAME ...]
+    .venv/bin/python -m research.draw_set check POOL.json --seed N --want 5 -o DIR --corpus   # a per-object C set
 
 Why: hand-named sets decide their own totals (lto4–lto6 in docs/experiments), so an unseen set is drawn instead.
 ``pool`` lists bookworm's source packages that meet every condition below; ``check`` shuffles that list with
@@ -28,6 +29,7 @@ import json
 import random
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -133,7 +135,28 @@ def check_one(name: str, work: Path, minutes: int) -> str:
     return "taken" if tests["status"] == "passed" else f"tests: {tests['status']}"
 
 
-def check(pool_path: Path, seed: int, want: int, out: Path, skip: list[str], minutes: int) -> None:
+def c_modules(name: str, work: Path) -> str:
+    """``taken`` when ``optgym corpus debian NAME`` (clang-22 alone, no policy) gives at least
+    :data:`MIN_C_MODULES` C modules, else why not: for a per-object C set (c14), whose packages need no test suite."""
+    from optgym.corpus import Corpus
+
+    corpus = work / name
+    optgym = Path(sys.executable).parent / "optgym"
+    subprocess.run([str(optgym), "corpus", "debian", name, "--build-deps", "-o", str(corpus), "-j", "2"],
+                   capture_output=True)  # fmt: skip
+    try:
+        count = sum(m.family == "C" for m in Corpus(corpus))
+    except Exception as e:  # no corpus at all: nothing fetched or built
+        return f"no corpus: {type(e).__name__}"
+    return "taken" if count >= MIN_C_MODULES else f"{count} C modules"
+
+
+MIN_C_MODULES = 5
+
+
+def check(
+    pool_path: Path, seed: int, want: int, out: Path, skip: list[str], minutes: int, corpus: bool = False
+) -> None:
     names = json.loads(pool_path.read_text())
     random.Random(seed).shuffle(names)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,7 +169,7 @@ def check(pool_path: Path, seed: int, want: int, out: Path, skip: list[str], min
             break
         if name in decided or name in skip:
             continue
-        outcome = check_one(name, out / "work", minutes)
+        outcome = c_modules(name, out / "work") if corpus else check_one(name, out / "work", minutes)
         draws.append({"name": name, "outcome": outcome})
         record_path.write_text(json.dumps({"seed": seed, "draws": draws}, indent=1) + "\n")
         print(name, outcome, flush=True)
@@ -172,12 +195,13 @@ def main() -> None:
     c.add_argument("--want", type=int, default=5)
     c.add_argument("--skip", action="append", default=[], help="a name the rule's corrections exclude")
     c.add_argument("--minutes", type=int, default=20)
+    c.add_argument("--corpus", action="store_true", help="take packages by their C modules (a per-object set)")
     c.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
     if args.command == "pool":
         pool(args.output, tuple(args.section) or ("libs",))
     else:
-        check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes)
+        check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes, args.corpus)
 
 
 if __name__ == "__main__":
