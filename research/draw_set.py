@@ -141,6 +141,10 @@ def c_modules(name: str, work: Path) -> str:
     from optgym.corpus import Corpus
 
     corpus = work / name
+    fetch = work / f"{name}-fetch"  # first, cheaply: most of the pool is not served by the mirror
+    fetch.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["apt-get", "source", "-q", "--download-only", name], cwd=fetch, capture_output=True).returncode:
+        return "not fetched"
     optgym = Path(sys.executable).parent / "optgym"
     subprocess.run([str(optgym), "corpus", "debian", name, "--build-deps", "-o", str(corpus), "-j", "2"],
                    capture_output=True)  # fmt: skip
