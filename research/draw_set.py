@@ -135,6 +135,10 @@ def check_one(name: str, work: Path, minutes: int) -> str:
     return "taken" if tests["status"] == "passed" else f"tests: {tests['status']}"
 
 
+#: ``check --corpus``: the C modules a package's corpus build must give for it to be taken
+MIN_C_MODULES = 5
+
+
 def c_modules(name: str, work: Path) -> str:
     """``taken`` when ``optgym corpus debian NAME`` (clang-22 alone, no policy) gives at least
     :data:`MIN_C_MODULES` C modules, else why not: for a per-object C set (c14), whose packages need no test suite."""
@@ -153,9 +157,6 @@ def c_modules(name: str, work: Path) -> str:
     except Exception as e:  # no corpus at all: nothing fetched or built
         return f"no corpus: {type(e).__name__}"
     return "taken" if count >= MIN_C_MODULES else f"{count} C modules"
-
-
-MIN_C_MODULES = 5
 
 
 def check(
