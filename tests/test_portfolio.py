@@ -84,10 +84,9 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
     assert first.policies == (("regalloc-evict", "heuristic"), ("regalloc-priority", "heuristic"))
     assert first.flags and first.flags[::2] == ("-mllvm",) * (len(first.flags) // 2)  # options of -Oz's passes
     assert portfolio.default_count == 1
-    # block placement stays on, laid out for size: turned off, it made lto7's geoip 9 % larger (2026-11-28-lto7.md)
-    assert "-disable-block-placement" not in first.flags and "-apply-ext-tsp-for-size" in first.flags
-    second = portfolio.candidates[1]  # the first more compile buys: the shipped scorers
+    second = portfolio.candidates[1]  # the first more compile buys: the shipped scorers with the same options
     assert second.policies == (("regalloc-evict", "pretrained"), ("regalloc-priority", "pretrained"))
+    assert second.flags == first.flags
     assert [c.name for c in portfolio.candidates if c.is_clang] == ["clang"] == [portfolio.candidates[2].name]
     assert portfolio.first(2) == portfolio.candidates[:2] and portfolio.first(99) == portfolio.candidates
     with pytest.raises(PortfolioError, match="at least one"):
@@ -526,8 +525,7 @@ def test_the_chooser_measures_an_entry_of_pass_options_alone_as_clang_with_them(
     names = [m.name for m in port_corpus]
     clangs = {"regalloc-evict": "heuristic", "regalloc-priority": "heuristic"}
     plain = portfolio_tool.sizes(port_corpus, names, clangs, (), 1)
-    flags = ("-mllvm", "-min-jump-table-entries=8")  # dispatch()'s six cases: a jump table no more
-    flagged = portfolio_tool.sizes(port_corpus, names, clangs, flags, 1)
+    flagged = portfolio_tool.sizes(port_corpus, names, clangs, load_portfolio().candidates[0].flags, 1)
     assert all(row.ok for row in [*plain.values(), *flagged.values()])
     assert all(row.policy_text == row.heuristic_text for row in plain.values())
     assert any(flagged[n].policy_text != plain[n].policy_text for n in names)

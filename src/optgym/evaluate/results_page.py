@@ -197,9 +197,6 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
     """The section of one portfolio: x86-64's, or (``target``: its directory's name) another target's."""
     chosen = portfolio["chosen_on"]
     training = {f["candidate"]: f for f in chosen["figures"]}
-    later = chosen.get("first_candidate")  # a first candidate chosen again later, on its own sample
-    if later:
-        training |= {f["candidate"]: f for f in later["figures"]}
     rows = []
     for n, c in enumerate(portfolio["candidates"], 1):
         f = training.get(c["name"], {})
@@ -218,13 +215,6 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
         "",
         *_table(["N", "candidate", "flags", "training sample"], rows),
     ]
-    if later:
-        out += [
-            f"The first candidate was chosen again later, on {later['modules']} modules of `{later['corpus']}` (split "
-            f"`{later['split']}`, {later['metric']}: its figure above): `{later['command']}`. It replaced "
-            f'"{later["replaces"]["name"]}".',
-            "",
-        ]
     measured = portfolio.get("measured", {})
     count = max((len(m["prefixes"]) for m in measured.values()), default=0)
     rows = []
@@ -466,10 +456,8 @@ def readme_results(directory: Path = PRETRAINED_DIR) -> str:
     inliner = provenances.get("inline-size.provenance.json")
     rows = [_inliner_row(inliner)] if inliner else []
     for target, portfolio in _per_target(directory, PORTFOLIO):
-        # x86-64's C sets measured with every shipped policy, as a default build of that time compiled them; none
-        # once the first candidate has been chosen again (they measured the one it replaced)
-        replaced = "first_candidate" in portfolio["chosen_on"]
-        later = [] if target or not inliner or replaced else [
+        # x86-64's C sets measured with every shipped policy, as a default build of that time compiled them
+        later = [] if target or not inliner else [
             e["C"] for e in inliner["figures"].get("unseen_packages_with_shipped_policies", [])
             if e.get("C", {}).get("evaluated") and e.get("candidates") == portfolio["default_candidates"]]  # fmt: skip
         rows.append(_portfolio_row(target, portfolio, later))
