@@ -83,6 +83,13 @@ CANDIDATES |= {
             "-min-jump-table-entries=8",
         ),
         "size-aware block layout, no loop strength reduction": ("-apply-ext-tsp-for-size", "-disable-lsr"),
+        # the thirty-first session's: ext-TSP is superlinear in a function's blocks (cmark's utf8.c: 0.42 s → 1.62 s
+        # a compile; cmark's ThinLTO build 1.57× plain), so functions of more blocks keep clang's own placement
+        "size-aware block layout up to 1000 blocks, no loop strength reduction": (
+            "-apply-ext-tsp-for-size",
+            "-ext-tsp-block-placement-max-blocks=1000",
+            "-disable-lsr",
+        ),
     }.items()
 }
 
