@@ -101,6 +101,12 @@ def pool(out: Path, sections: tuple[str, ...] = ("libs",)) -> None:
     print(f"{len(names)} packages in the pool: {out}")
 
 
+def fetched(name: str, directory: Path, *options: str) -> bool:
+    """Whether the mirror serves ``name``'s source: ``apt-get source`` into ``directory`` (made)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return not subprocess.run(["apt-get", "source", "-q", *options, name], cwd=directory, capture_output=True).returncode
+
+
 def check_one(name: str, work: Path, minutes: int) -> str:
     """``taken``, or why not: fetch, build dependencies, the plain ThinLTO build, its test suite."""
     from optgym.corpus.debian import APT_LOCK_WAIT
@@ -108,8 +114,7 @@ def check_one(name: str, work: Path, minutes: int) -> str:
     from research.plan_outputs import thinlto_setup
 
     fetch = work / name
-    fetch.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["apt-get", "source", "-q", name], cwd=fetch, capture_output=True).returncode:
+    if not fetched(name, fetch):
         return "not fetched"
     env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     wait = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT}"]  # another apt (a corpus build) is not the package's fault
@@ -145,9 +150,7 @@ def c_modules(name: str, work: Path) -> str:
     from optgym.corpus import Corpus
 
     corpus = work / name
-    fetch = work / f"{name}-fetch"  # first, cheaply: most of the pool is not served by the mirror
-    fetch.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["apt-get", "source", "-q", "--download-only", name], cwd=fetch, capture_output=True).returncode:
+    if not fetched(name, work / f"{name}-fetch", "--download-only"):  # first, cheaply: most are not served
         return "not fetched"
     optgym = Path(sys.executable).parent / "optgym"
     subprocess.run([str(optgym), "corpus", "debian", name, "--build-deps", "-o", str(corpus), "-j", "2"],
