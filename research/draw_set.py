@@ -104,7 +104,8 @@ def pool(out: Path, sections: tuple[str, ...] = ("libs",)) -> None:
 def fetched(name: str, directory: Path, *options: str) -> bool:
     """Whether the mirror serves ``name``'s source: ``apt-get source`` into ``directory`` (made)."""
     directory.mkdir(parents=True, exist_ok=True)
-    return not subprocess.run(["apt-get", "source", "-q", *options, name], cwd=directory, capture_output=True).returncode
+    done = subprocess.run(["apt-get", "source", "-q", *options, name], cwd=directory, capture_output=True)
+    return done.returncode == 0
 
 
 def check_one(name: str, work: Path, minutes: int) -> str:
