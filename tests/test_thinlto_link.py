@@ -19,6 +19,7 @@ import pytest
 
 import optgym_cc
 from optgym.toolchain import object_sizes
+from optgym.toolchain.lanes import lane_environment, lanes_library
 from optgym.toolchain.llvm import for_linker
 from optgym_cc import thinlto
 from optgym_cc.thinlto import PLAN_FORMAT
@@ -283,6 +284,60 @@ def test_inside_lld_two_decisions_are_two_channels_each_with_a_session_per_backe
     assert sessions == 2 * (UNITS + 1) and decisions > 0
     assert _run(program / "in-lld-two") == _run(program / "plain")
     assert object_sizes(program / "in-lld-two").text_bytes > object_sizes(program / "plain").text_bytes
+
+
+def test_inside_lld_the_backends_run_side_by_side_each_lane_on_its_own_channels(program, monkeypatch):
+    """With ``--thinlto-jobs=2`` lld runs its backends on two threads, each opening its own lane's channels: both
+    lanes are served, every backend is a session, and the program is byte for byte the one-at-a-time link's (the
+    decisions do not depend on the thread that asks them)."""
+    monkeypatch.delenv("OPTGYM_LTO_BACKENDS")
+    evict = _scorers()["OPTGYM_LTO_EVICT_POLICY"]
+    linked = {}
+    for jobs in (1, 2):
+        output = f"lanes-{jobs}"
+        run = _link(program, output, f"-Wl,--thinlto-jobs={jobs}", OPTGYM_LTO_POLICY="never",
+                    OPTGYM_LTO_EVICT_POLICY=evict, OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        line = next(line for line in run.stderr.splitlines() if "ThinLTO:" in line)
+        linked[jobs] = (_sessions(run.stderr), int(line.split("(")[1].split()[0]), (program / output).read_bytes())
+    (serial_sessions, serial_decisions), serial_lanes, serial_program = linked[1]
+    (sessions, decisions), lanes, program_bytes = linked[2]
+    assert serial_lanes == 1 and lanes == 2
+    assert sessions == serial_sessions == 2 * (UNITS + 1) and decisions == serial_decisions > 0
+    assert program_bytes == serial_program
+    assert _run(program / "lanes-2") == _run(program / "plain")
+
+
+def test_the_lanes_library_gives_each_thread_its_own_names_and_refuses_one_too_many(tmp_path):
+    """Preloaded into a process (here a Python one; lld in a link), the library rewrites the paths opened under its
+    directory: the first thread keeps them, the second gets ``lane1/``, a third of two lanes is refused (EBUSY);
+    paths elsewhere are untouched."""
+    library = lanes_library(CLANGXX)
+    assert library is not None
+    channels = tmp_path / "channels"
+    (channels / "lane1").mkdir(parents=True)
+    for name in ("c.out", "lane1/c.out"):
+        (channels / name).write_text(name)
+    (tmp_path / "elsewhere").write_text("elsewhere")
+    script = (
+        "import errno, os, sys, threading\n"
+        "def read(path):\n"
+        "    try:\n"
+        "        fd = os.open(path, os.O_RDONLY)\n"
+        "    except OSError as e:\n"
+        "        return errno.errorcode[e.errno]\n"
+        "    data = os.read(fd, 100).decode(); os.close(fd); return data\n"
+        "seen = []\n"
+        "for _ in range(3):\n"
+        "    t = threading.Thread(target=lambda: seen.append(read(sys.argv[1]) + ' ' + read(sys.argv[2])))\n"
+        "    t.start(); t.join()\n"
+        "print('|'.join(seen))\n"
+    )
+    env = lane_environment(dict(os.environ), library, channels, 2)
+    run = subprocess.run([sys.executable, "-c", script, str(channels / "c.out"), str(tmp_path / "elsewhere")],
+                         capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().split("|") == ["c.out elsewhere", "lane1/c.out elsewhere", "EBUSY elsewhere"]
 
 
 def test_a_server_killed_mid_link_inside_lld_costs_the_link_nothing_and_leaves_no_lld(program, monkeypatch):

@@ -374,8 +374,9 @@ def served_link(clang: str, args: list[str], planned: list[str], strict: bool) -
         reply = {"fallback": True, "warning": str(e)}
     if not reply.get("fallback") and not reply.get("warning"):
         if os.environ.get("OPTGYM_VERBOSE") == "1":
-            sys.stderr.write(f"optgym-cc: ThinLTO: {reply.get('sessions', 0)} backend sessions in lld served by "
-                             f"{policy}, {int(reply.get('decisions', 0))} decisions\n")  # fmt: skip
+            sys.stderr.write(f"optgym-cc: ThinLTO: {reply.get('sessions', 0)} backend sessions in lld "
+                             f"({reply.get('lanes', 1)} side by side) served by {policy}, "
+                             f"{int(reply.get('decisions', 0))} decisions\n")  # fmt: skip
         sys.exit(int(reply["returncode"]))
     if not reply.get("warning"):  # no policy decides this link's language: clang's own backends
         return

@@ -79,11 +79,12 @@ from optgym.serve.guard import (
     unguardable,
 )
 from optgym.toolchain.interactive import InteractiveCompile
+from optgym.toolchain.lanes import lanes_library
 from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
 from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
-from optgym_cc.thinlto import BACKEND_FLAGS, first_error, without_link_jobs
+from optgym_cc.thinlto import BACKEND_FLAGS, first_error, link_jobs, without_link_jobs
 
 MAX_REQUEST = 1 << 20
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
@@ -349,8 +350,12 @@ class Server:
         split = reads_linkage and unsplittable(argv[1:]) is None
         work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
-        if link:  # its backends share each decision's channel: one at a time, and BACKEND_FLAGS go to lld
-            args = [*without_link_jobs(args), "-Wl,--thinlto-jobs=1", *for_linker(BACKEND_FLAGS)]
+        lanes, library = 1, None
+        if link:  # its backends side by side, each lld thread on its own lane's channels; BACKEND_FLAGS go to lld
+            lanes = link_jobs(args)  # the link's own --thinlto-jobs / -flto-jobs, else every core
+            library = lanes_library(argv[0]) if lanes > 1 else None
+            lanes = lanes if library else 1  # without the library, one at a time on one set of channels
+            args = [*without_link_jobs(args), f"-Wl,--thinlto-jobs={lanes}", *for_linker(BACKEND_FLAGS)]
         command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
         if link and (linker := link_linker(args, argv[0])):  # lld dies with the driver, which dies with us
             command.append(f"--ld-path={linker_dying_with_driver(linker, cache_root() / 'linkers')}")
@@ -364,6 +369,8 @@ class Server:
             cwd=cwd,
             env=env,
             sessions=link,
+            lanes=lanes,
+            lane_library=library,
         )
         # clang's own compile among the candidates is the guard already
         guarded = not any(c.is_clang for c in candidates) and (env.get("OPTGYM_GUARD") == "1" or below is not None)
@@ -385,7 +392,7 @@ class Server:
                 running.compile = compile_
             reply = self._drive(compile_, language, guard, served, linkage)
             if link:  # how many of its backends' sessions were served
-                reply["sessions"] = compile_.sessions
+                reply["sessions"], reply["lanes"] = compile_.sessions, compile_.lanes_used
                 if reply.get("returncode") and env.get("OPTGYM_STRICT") != "1":  # ours or the build's: clang's says
                     diagnostics.seek(0)
                     why = first_error(diagnostics.read().decode(errors="replace"))
@@ -558,8 +565,9 @@ class Server:
             # The loop runs once per decision, between two of clang's feature computations: each channel's
             # decider is made once per session (a compile has one; a link one per backend), when its first
             # decision comes, and decides everything after.
-            deciders: list[Decider | None] = [None] * len(served)
-            sessions = [0] * len(served)
+            channels = len(served) * compile_.lanes  # lane after lane, each with every served problem's channel
+            deciders: list[Decider | None] = [None] * channels
+            sessions = [0] * channels
             next_observation, answer = compile_.next_observation, compile_.answer
             try:
                 while (obs := next_observation()) is not None:
@@ -568,7 +576,7 @@ class Server:
                     if decider is None or sessions[channel] != compile_.session:
                         sessions[channel] = compile_.session
                         decider = deciders[channel] = self._decider(
-                            served[channel], compile_, language, warnings, linkage
+                            served[channel % len(served)], compile_, language, warnings, linkage
                         )
                     action = decider.decide(obs)
                     answer(decider.advice(obs, action))

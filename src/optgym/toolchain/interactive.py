@@ -20,6 +20,11 @@ at a time, each open the channel anew, send a header and decide, then close it. 
 swaps in a fresh reader of ``.out`` (opened before the old one closes, so clang never finds the FIFO without a
 reader), keeps the names until the link exits, and reads each new header as the start of the next session.
 
+A link may also run its backends side by side in *lanes* (``lanes=N``, with the library of
+:mod:`optgym.toolchain.lanes` preloaded into lld): every thread of lld opens its own copy of the channels, and the
+host serves each lane's channels as it serves any other. Channel ``lane * channels + i`` is problem ``i`` of lane
+``lane``, and only lane 0's names go on the command line.
+
 Several decision problems can share one compile (``channels=N``: the inliner's decisions during
 optimization, then register allocation's during code generation), each over its own FIFO pair. clang
 answers one of them at a time, so the host polls every stream and hands back events in the order they
@@ -46,6 +51,7 @@ from pathlib import Path
 
 from optgym.protocol import Context, Header, Observation, Outcome, ProtocolError, StreamDecoder
 from optgym.protocol.transcript import TranscriptWriter
+from optgym.toolchain.lanes import lane_base, lane_environment
 from optgym.toolchain.process import (
     describe_exit,
     install_sigterm_handler,
@@ -144,13 +150,18 @@ class InteractiveCompile:
         stderr=None,
         env: dict[str, str] | None = None,
         sessions: bool = False,
+        lanes: int = 1,
+        lane_library: str | None = None,
     ) -> None:
         """``stdout``/``stderr``: where the compiler's go (``stderr=None``: a temporary file whose tail
         ends up in ``outcome.stderr_tail``; a file descriptor passes it straight through, as a
         compile served for a build does). A transcript records one channel's exchange, so it needs
-        ``channels=1``."""
+        ``channels=1``. ``lanes`` > 1 (a link with ``sessions``) needs ``lane_library``, preloaded into the
+        compiler so that each of its threads opens its own lane's channels."""
         if channels < 0:
             raise ValueError(f"a compile has no negative count of channels, got {channels}")
+        if lanes > 1 and (lane_library is None or not sessions):
+            raise ValueError("lanes are a link's, with sessions and the lanes library")
         if transcript is not None and channels != 1:
             raise ValueError("a transcript records a single channel's exchange")
         self._argv, self.timeout, self._cwd, self._stdout = argv, timeout, cwd, stdout
@@ -158,7 +169,8 @@ class InteractiveCompile:
         self._sessions = sessions
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, _Resources.release, self._res)
-        self._channel_count = channels
+        self._channel_count = channels  # per lane
+        self._lanes, self._lane_library = max(lanes, 1), lane_library
         self._channels: list[_Channel] = []
         self._by_fd: dict[int, int] = {}  # a stream's fd -> its channel
         self._orders: list[tuple[int, ...]] = []
@@ -209,6 +221,18 @@ class InteractiveCompile:
         return self._channels[self.channel].session if self._channels else 0
 
     @property
+    def lanes(self) -> int:
+        """How many copies of the channels the compiler may open (one per lld thread; see the module doc)."""
+        return self._lanes
+
+    @property
+    def lanes_used(self) -> int:
+        """How many lanes opened a channel so far."""
+        per_lane = self._channel_count
+        lanes = (self._channels[lane * per_lane : (lane + 1) * per_lane] for lane in range(self._lanes))
+        return sum(any(c.session for c in channels) for channels in lanes)
+
+    @property
     def sessions(self) -> int:
         """Sessions opened so far, over every channel."""
         return sum(c.session for c in self._channels)
@@ -231,8 +255,14 @@ class InteractiveCompile:
         res = self._res
         res.directory = private_dir()
         bases = [str(res.directory / f"channel{i or ''}") for i in range(self._channel_count)]
+        env = self._env
+        if self._lanes > 1:
+            assert self._lane_library is not None
+            env = lane_environment(env, self._lane_library, res.directory, self._lanes)
+            for lane in range(1, self._lanes):
+                (res.directory / f"lane{lane}").mkdir()
         self._poller = select.poll()
-        for base in bases:
+        for base in (lane_base(b, lane) for lane in range(self._lanes) for b in bases):
             os.mkfifo(base + ".in", 0o600)
             os.mkfifo(base + ".out", 0o600)
             in_fd = os.open(base + ".in", os.O_RDWR)
@@ -248,7 +278,7 @@ class InteractiveCompile:
             res.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by release()
         self._start = time.perf_counter()
         stderr = self._stderr if res.stderr is None else res.stderr
-        res.proc = spawn(self._argv(*bases), stdout=self._stdout, stderr=stderr, cwd=self._cwd, env=self._env)
+        res.proc = spawn(self._argv(*bases), stdout=self._stdout, stderr=stderr, cwd=self._cwd, env=env)
         try:
             self._pidfd = os.pidfd_open(res.proc.pid)
             res.fds.append(self._pidfd)
