@@ -213,22 +213,29 @@ def test_the_allocators_policies_serve_every_backend_and_the_program_runs(progra
     assert (program / "scored").read_bytes() != (program / "plain").read_bytes()
 
 
-def test_the_shipped_thinlto_scorers_are_asked_for_by_name_not_served_by_default(program, monkeypatch):
-    """No OPTGYM_LTO_* set: the plan alone, no server (the scorers' channels cost the build). ``pretrained``: the
-    allocator's ThinLTO scorers shipped for x86-64 serve every backend beside the plan, inlining stays clang's."""
-    for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY", "OPTGYM_LTO_PLAN"):
+def test_the_shipped_eviction_scorer_serves_by_default_and_the_priority_scorer_is_asked_for(program, monkeypatch):
+    """No OPTGYM_LTO_* set: the plan and the eviction scorer shipped for x86-64, served inside lld (inlining and
+    priority stay clang's). ``OPTGYM_LTO_EVICT_POLICY=heuristic`` is the plan alone, no server;
+    ``OPTGYM_LTO_PRIORITY_POLICY=pretrained`` adds the priority scorer (it decides C links: this one is C++, so
+    asking for it changes nothing here)."""
+    for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY", "OPTGYM_LTO_PLAN", "OPTGYM_LTO_BACKENDS"):
         monkeypatch.delenv(name)
     default = _link(program, "default", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
     assert default.returncode == 0, default.stderr
-    assert "ThinLTO:" not in default.stderr and _servers() == []
-    asked = _link(program, "asked", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1", OPTGYM_LTO_EVICT_POLICY="pretrained",
-                  OPTGYM_LTO_PRIORITY_POLICY="pretrained")  # fmt: skip
+    served = next(line for line in default.stderr.splitlines() if "ThinLTO:" in line)
+    evict, priority = _scorers().values()
+    assert evict in served and priority not in served and "inline-size" not in served, served
+    assert _sessions(default.stderr)[0] == UNITS + 1
+    assert _run(program / "default") == _run(program / "plain")
+    plan_alone = _link(program, "plan-alone", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1",
+                       OPTGYM_LTO_EVICT_POLICY="heuristic")  # fmt: skip
+    assert plan_alone.returncode == 0, plan_alone.stderr
+    assert "ThinLTO:" not in plan_alone.stderr
+    assert (program / "plan-alone").read_bytes() != (program / "default").read_bytes()  # the scorer decided
+    asked = _link(program, "asked", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1", OPTGYM_LTO_PRIORITY_POLICY="pretrained")
     assert asked.returncode == 0, asked.stderr
-    served = next(line for line in asked.stderr.splitlines() if "ThinLTO:" in line)
-    assert f"{UNITS + 1} of {UNITS + 1} backends served" in served and "inline-size" not in served
-    assert all(name in served for name in _scorers().values()), served
-    assert _run(program / "asked") == _run(program / "plain")
-    assert (program / "asked").read_bytes() != (program / "default").read_bytes()
+    assert priority in next(line for line in asked.stderr.splitlines() if "ThinLTO:" in line)
+    assert (program / "asked").read_bytes() == (program / "default").read_bytes()
 
 
 @pytest.mark.parametrize("served", ["inlining", "allocation"])
@@ -447,8 +454,8 @@ def test_the_backends_setting_is_checked(program, setting):
     assert strict.returncode == 1 and "optgym-cc: error: OPTGYM_LTO_BACKENDS" in strict.stderr
 
 
-def test_a_link_inside_lld_runs_its_backends_one_at_a_time():
-    """Backends sharing a channel must not run at once: the link's own parallelism is taken out."""
+def test_a_links_own_backend_parallelism_is_taken_out_for_the_server_to_set():
+    """The server sets a served link's ``--thinlto-jobs`` to its lanes: the build's own settings are taken out."""
     args = ["-flto=thin", "-flto-jobs=4", "-Wl,--thinlto-jobs=3,--gc-sections", "-Wl,--thinlto-jobs=2", "a.o"]
     assert thinlto.without_link_jobs(args) == ["-flto=thin", "-Wl,--gc-sections", "a.o"]
 

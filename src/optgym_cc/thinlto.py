@@ -4,13 +4,15 @@ Under ThinLTO the inlining that shapes the shipped program happens at the link, 
 module (after cross-module import), not in the ``-flto=thin`` compile steps, which only write bitcode. A served
 link's backends run one of two ways (``OPTGYM_LTO_BACKENDS``, :data:`BACKENDS`):
 
-* ``lld`` (the default): inside the link, as lld runs them, but one at a time (``--thinlto-jobs=1``). clang-22
-  names each decision's channel with one option per process, so backends in one lld can share a channel only
-  one after another: each opens it, sends its header, is decided, and closes it — a *session*. The policy server
-  runs the link itself, answers every session (:class:`optgym.toolchain.interactive.InteractiveCompile` with
-  ``sessions``). A link it cannot serve runs again with clang's own backends, and a served link that fails is
-  clang's own link, each with one warning line. No clang starts per backend; the link gives up its own
-  parallelism, which a parallel build fills with other steps.
+* ``lld`` (the default): inside the link, as lld runs them, side by side (the link's ``--thinlto-jobs``).
+  clang-22 names each decision's channel with one option per process, so the policy server preloads a small
+  library into lld that gives each of its threads its own channel names, a *lane*
+  (:mod:`optgym.toolchain.lanes`). A thread runs one backend at a time, so a lane's backends come one after
+  another: each opens the channel, sends its header, is decided, and closes it — a *session*. The server runs the
+  link itself and answers every session of every lane (:class:`optgym.toolchain.interactive.InteractiveCompile`
+  with ``sessions`` and ``lanes``). Without the library the backends run one at a time on one set of channels. A
+  link it cannot serve runs again with clang's own backends, and a served link that fails is clang's own link,
+  each with one warning line. No clang starts per backend.
 * ``distributed``: lld-22 hands the backends to an outside *distributor* (DTLTO): given
   ``--thinlto-distributor=PROG``, it writes a JSON file — ``common.args``, the backend compiler's command
   (``clang -c --target=… -O2 …``), and ``jobs[]``, each with its own ``args`` (``X.o -fthinlto-index=… -o
@@ -52,26 +54,26 @@ import optgym_cc as cc
 
 #: The decisions a ThinLTO backend can serve: (problem, the environment variable naming its policy, the file
 #: shipped for it beside a target's other policies, the policy when the variable is unset). The order is the
-#: launcher's (:data:`optgym_cc.CHANNELS`). The allocator's scorers are asked for, not the default: their channels
-#: cost every backend clang's feature computation at each decision, 1.23-2.17x plain ThinLTO's build time on 2
-#: cores (libwebp, whose many programs relink the library's backends, the most), for 1.4-2.2 % of a C program's
-#: linked .text (docs/experiments/2026-11-25-thinlto.md).
+#: launcher's (:data:`optgym_cc.CHANNELS`). The eviction scorer serves by default since backends run side by side
+#: in lanes: on seven training packages it took linked .text from the plan's 0.9629 of plain ThinLTO to 0.9606,
+#: at 1.03-1.13x plain ThinLTO's build wall on 2 cores. The priority scorer is asked for: its many decisions cost
+#: 1.15-1.30x there (libwebp, whose many programs relink the library's backends, the most), for more .text
+#: (docs/experiments/2026-11-29-lanes.md).
 LTO_CHANNELS = (
     ("inline-size", "OPTGYM_LTO_POLICY", "inline-size-thinlto.onnx", "pretrained"),
-    ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx", "heuristic"),
+    ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx", "pretrained"),
     ("regalloc-priority", "OPTGYM_LTO_PRIORITY_POLICY", "regalloc-priority-thinlto.onnx", "heuristic"),
 )
 #: The backends run clang's -O2 pipeline over the -Oz compile's ``minsize`` functions; at -O2 the ML advisor
 #: stops inlining once a module's size doubles unless told otherwise, and clang's own backends never stop.
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
-#: Where a served link's backends run (``OPTGYM_LTO_BACKENDS``): ``lld``, inside the link, one at a time, each
-#: backend a session of one channel per decision; or ``distributed``, each its own clang and channels, side by
-#: side, through lld's distributor. clang-22 names an advisor's channel by one option per process, so backends
-#: in one lld can share a channel only one after another; a distributed backend costs a clang start (~35 ms).
+#: Where a served link's backends run (``OPTGYM_LTO_BACKENDS``): ``lld``, inside the link, side by side in lanes,
+#: each backend a session of one channel per decision; or ``distributed``, each its own clang and channels, side
+#: by side, through lld's distributor. A distributed backend costs a clang start (~35 ms).
 BACKENDS = "OPTGYM_LTO_BACKENDS"
 BACKENDS_MODES = ("lld", "distributed")
 #: Serve only links whose object and archive inputs come to at least this many bytes (``OPTGYM_LTO_SERVE_FROM``;
-#: default 0, every link): a served link pays a fixed price (the server's round trip, and inside lld its
+#: default 0, every link): a served link pays a fixed price (the server's round trip, and before lanes its
 #: backends one at a time) that a small link's own work does not cover (docs/experiments/2026-11-28-thinlto-in-lld.md).
 SERVE_FROM = "OPTGYM_LTO_SERVE_FROM"
 
@@ -252,7 +254,7 @@ def input_bytes(args: list[str]) -> int:
 
 def without_link_jobs(args: list[str]) -> list[str]:
     """``args`` with the link's own backend parallelism taken out (``-flto-jobs=N``, and ``--thinlto-jobs=N`` in
-    ``-Wl,`` lists): backends that share a channel must run one at a time."""
+    ``-Wl,`` lists): the server sets the link's lanes itself."""
     kept = []
     for arg in args:
         if arg.startswith("-flto-jobs="):
@@ -360,9 +362,8 @@ def first_error(text: str) -> str:
 
 
 def served_link(clang: str, args: list[str], planned: list[str], strict: bool) -> None:
-    """Hand the link ``planned`` to the policy server, which runs it with its backends inside lld one at a time
-    (the server's ``--thinlto-jobs=1``: they share each decision's channel), every decision served; exit with its
-    status.
+    """Hand the link ``planned`` to the policy server, which runs it with its backends inside lld, side by side in
+    lanes (each lld thread on its own channels), every decision served; exit with its status.
     Return only when the link must run unserved: no policy decides its language, or the server or a policy
     failed (one warning line; ``OPTGYM_STRICT=1``: the failure stands instead). A served link that fails is
     clang's own link of ``args`` instead, with one warning line: its errors, if the build's, are clang's to say."""

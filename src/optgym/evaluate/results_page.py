@@ -280,9 +280,11 @@ def _thinlto_plan(plan: dict[str, Any], target: str = "") -> list[str]:
     allocation = (
         f"So does their register allocation: no ThinLTO scorers ship for {target}. "
         if target
-        else "Their register allocation is clang's too, unless the ThinLTO scorers shipped beside it are asked for "
-        "(`regalloc-*-thinlto.onnx`, below: `OPTGYM_LTO_EVICT_POLICY=pretrained "
-        "OPTGYM_LTO_PRIORITY_POLICY=pretrained`); each set's command below says whether they were. "
+        else "Their register allocator's evictions are decided by the ThinLTO eviction scorer shipped beside it "
+        "(`regalloc-evict-thinlto.onnx`, below), by default since the thirty-second session: sets measured before "
+        "then, with no `OPTGYM_LTO_*` variable in their command, ran the plan alone. The priority scorer "
+        "(`regalloc-priority-thinlto.onnx`) is asked for with `OPTGYM_LTO_PRIORITY_POLICY=pretrained`; each set's "
+        "command below says which ran. "
     )
     out = [
         f"## ThinLTO links for {target} (`{where}`)" if target else f"## ThinLTO links (`{where}`)",

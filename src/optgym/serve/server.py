@@ -325,7 +325,7 @@ class Server:
         except ValueError as e:
             return _plain(fds, str(e))
         backend = bool(request.get("thinlto"))  # a ThinLTO backend of a link: no portfolio, guarded only on request
-        link = backend and bool(request.get("link"))  # a ThinLTO link whose backends run inside lld, one at a time
+        link = backend and bool(request.get("link"))  # a ThinLTO link whose backends run inside lld, in lanes
         language = driver_language(argv)
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
