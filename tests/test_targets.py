@@ -381,12 +381,16 @@ def test_a_targets_policy_is_a_file_dropped_in(tmp_path, monkeypatch):
     (tmp_path / "inline-size-thinlto.onnx").write_bytes(b"x86-64 thinlto")
     assert thinlto.lto_policy(["--target=x86_64-linux-gnu"]) == str(tmp_path / "inline-size-thinlto.onnx")
     assert thinlto.lto_policy(["--target=aarch64-linux-gnu", "-flto=thin"]) == "heuristic"
-    # the allocator's ThinLTO policies: none unless asked for; then the same way, served where shipped, each
-    # channel left closed where not
+    # the allocator's ThinLTO policies: eviction by default where its scorer ships, priority when asked for; the
+    # same way, served where shipped, each channel left closed where not
     for variable in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"):
         monkeypatch.delenv(variable, raising=False)
-    (tmp_path / "regalloc-evict-thinlto.onnx").write_bytes(b"x86-64 thinlto eviction")
+    (tmp_path / "regalloc-priority-thinlto.onnx").write_bytes(b"x86-64 thinlto priority")
     assert [p for p, _ in thinlto.lto_policies(["--target=x86_64-linux-gnu"])] == ["inline-size"]
+    (tmp_path / "regalloc-evict-thinlto.onnx").write_bytes(b"x86-64 thinlto eviction")
+    assert [p for p, _ in thinlto.lto_policies(["--target=x86_64-linux-gnu"])] == ["inline-size", "regalloc-evict"]
+    assert thinlto.lto_policies(["--target=aarch64-linux-gnu"]) == []
+    (tmp_path / "regalloc-priority-thinlto.onnx").unlink()
     monkeypatch.setenv("OPTGYM_LTO_EVICT_POLICY", "pretrained")
     monkeypatch.setenv("OPTGYM_LTO_PRIORITY_POLICY", "pretrained")
     assert thinlto.lto_policies(["--target=x86_64-linux-gnu"]) == [
