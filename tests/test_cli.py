@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,8 @@ def test_doctor_reports_clang_and_hooks():
     assert "inliner" in out and "yes" in out
     compilers = [line for line in out.splitlines() if line.startswith("compiler ")]
     assert len(compilers) == 2 and all(line.endswith("runs clang-22") for line in compilers), out
+    lanes = next(line for line in out.splitlines() if line.startswith("lanes "))
+    assert Path(lanes.split()[1]).is_file(), out  # the library a served ThinLTO link preloads into lld, built here
 
 
 def test_evaluate_never_vs_heuristic_json(corpus_dir, tmp_path):

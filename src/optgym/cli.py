@@ -110,6 +110,10 @@ def doctor() -> None:
             except ToolchainError as e:
                 _doctor_line(f"tool       {tool:18s} [red]missing[/] {e}")
                 ok = False
+        from optgym.toolchain.lanes import lanes_library
+
+        lanes = lanes_library(str(tc.clang))  # a served ThinLTO link's backends side by side inside lld
+        _doctor_line(f"lanes      {lanes or '[yellow]not built: served ThinLTO backends run one at a time[/]'}")
     except ToolchainError as e:
         _doctor_line(f"clang      [red]{e}[/]")
         ok = False
