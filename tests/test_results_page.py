@@ -192,6 +192,13 @@ def test_the_readme_results_follow_the_files(tmp_path):
         ratio = f"{measured['total']['optgym']['dottext'] / measured['total']['plain']['dottext']:.4f}"
         shown = f"**{ratio}**: `{name}`" if position == len(unseen) - 1 else f"`{name}` {ratio}"
         assert shown in rows["x86-64 ThinLTO"][4]
+    # what a default link serves beside the plan: the learned ThinLTO scorers that ship for the target
+    assert rows["x86-64 ThinLTO"][1] == "the ThinLTO plan (`thinlto.json`)"  # this copy ships no .onnx
+    (root / "regalloc-evict-thinlto.onnx").write_bytes(b"")
+    (root / "regalloc-priority-thinlto.onnx").write_bytes(b"")  # asked for, not the default: not named
+    rows = {r[0]: r for r in _table_rows(readme_results(root))}
+    assert rows["x86-64 ThinLTO"][1].endswith("and the eviction scorer (`regalloc-evict-thinlto.onnx`)")
+    assert "scorer" not in rows["AArch64 ThinLTO"][1]
     with pytest.raises(ValueError, match="no results block"):
         with_readme_results("# a README without the block\n", root)
 

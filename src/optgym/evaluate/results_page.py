@@ -425,7 +425,7 @@ def _inliner_row(provenance: dict[str, Any]) -> list[str]:
             _with_worse(held["total_ratio"], held["regressed_over_1pct"], held["evaluated"]), unseen_cell]  # fmt: skip
 
 
-def _thinlto_row(target: str, plan: dict[str, Any]) -> list[str]:
+def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str]:
     """A target's ThinLTO plan: linked ``.text`` of its newest set outside the training list, then every earlier
     set measured with the same plan (each set's first record: the build as ``optgym-cc`` made it by default), so
     no set is left out of the README."""
@@ -440,10 +440,26 @@ def _thinlto_row(target: str, plan: dict[str, Any]) -> list[str]:
         unseen_cell = f"**{_dottext(measured)}**: `{name}`, {len(measured['packages'])} packages, tests {passing}"
         if len(unseen) > 1:
             unseen_cell += "; earlier: " + ", ".join(f"`{n}` {_dottext(m)}" for n, m in reversed(unseen[:-1]))
-    training = figures.get("linked_training_packages", {}).get("dottext")
-    return [f"{TARGET_NAMES.get(target, target)} ThinLTO", "the ThinLTO plan (`thinlto.json`)",
-            "linked `.text`, against plain ThinLTO", f"{_ratio(training)} (training packages)" if training else "—",
-            unseen_cell]  # fmt: skip
+    training = figures.get("linked_training_packages", {})
+    served = _served_by_default(directory / target)
+    decided = "the ThinLTO plan (`thinlto.json`)" + "".join(f" and {noun} (`{name}`)" for noun, name in served)
+    training_cell = "—"
+    if training.get("dottext"):  # measured with the plan alone unless it says what it served beside it
+        what = ", with " + " and ".join(noun for noun, _ in served) if training.get("served") else ", the plan alone"
+        training_cell = f"{_ratio(training['dottext'])} (training packages{what if served else ''})"
+    return [f"{TARGET_NAMES.get(target, target)} ThinLTO", decided, "linked `.text`, against plain ThinLTO",
+            training_cell, unseen_cell]  # fmt: skip
+
+
+def _served_by_default(directory: Path) -> list[tuple[str, str]]:
+    """The learned ThinLTO policies a default link serves beside the plan in ``directory`` (a target's): those
+    whose variable defaults to ``pretrained`` and whose file ships there, as (what it decides, its file)."""
+    from optgym_cc.thinlto import LTO_CHANNELS
+
+    nouns = {"inline-size": "the inline policy", "regalloc-evict": "the eviction scorer",
+             "regalloc-priority": "the priority scorer"}  # fmt: skip
+    return [(nouns[problem], shipped) for problem, _, shipped, default in LTO_CHANNELS
+            if default == "pretrained" and (directory / shipped).is_file()]  # fmt: skip
 
 
 def _dottext(measured: dict[str, Any]) -> str:
@@ -463,7 +479,7 @@ def readme_results(directory: Path = PRETRAINED_DIR) -> str:
             e["C"] for e in inliner["figures"].get("unseen_packages_with_shipped_policies", [])
             if e.get("C", {}).get("evaluated") and e.get("candidates") == portfolio["default_candidates"]]  # fmt: skip
         rows.append(_portfolio_row(target, portfolio, later))
-    rows += [_thinlto_row(target, plan) for target, plan in _per_target(directory, THINLTO_PLAN)]
+    rows += [_thinlto_row(target, plan, directory) for target, plan in _per_target(directory, THINLTO_PLAN)]
     header = ["code", "decided by (default build)", "measure", "held-out split", "packages outside the training list"]
     return "\n".join([README_BEGIN, "", *_table(header, rows), README_END])
 
