@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from optgym_cc.thinlto import PLAN_FORMAT
@@ -132,8 +133,11 @@ def _summary(outdir: Path) -> dict:
 RECORDED_COMMAND = "optgym compare-build SRC --lto thin --test -j 2"
 
 
-def record(plan_path: Path, name: str, reports: list[Path], command: str = RECORDED_COMMAND) -> dict:
-    """Add ``figures.unseen[name]`` to the plan file from ``optgym compare-build`` report directories."""
+def record(
+    plan_path: Path, name: str, reports: list[Path], command: str = RECORDED_COMMAND, served: Sequence[str] = ()
+) -> dict:
+    """Add ``figures.unseen[name]`` to the plan file from ``optgym compare-build`` report directories; ``served``:
+    the learned ThinLTO policies (their files) the builds served beside the plan, if any."""
     rows = {}
     for directory in reports:
         report = json.loads((directory / "report.json").read_text())
@@ -150,6 +154,7 @@ def record(plan_path: Path, name: str, reports: list[Path], command: str = RECOR
     plan = json.loads(plan_path.read_text())
     plan.setdefault("figures", {}).setdefault("unseen", {})[name] = {
         "command": command,
+        **({"served": list(served)} if served else {}),
         "packages": rows,
         "total": total,
     }
@@ -168,6 +173,8 @@ def main() -> None:
         default=RECORDED_COMMAND,
         help="with --record: the command the set was built with (its OPTGYM_* settings too)",
     )
+    parser.add_argument("--served", action="append", default=[], metavar="FILE",
+                        help="with --record: a learned ThinLTO policy the builds served beside the plan")  # fmt: skip
     parser.add_argument("-o", "--output", type=Path)
     parser.add_argument("--test", action="store_true", help="run each package's test suite in both builds")
     parser.add_argument("--target", help="cross-build for this triple (its plan ships as pretrained/<family>/)")
@@ -178,7 +185,7 @@ def main() -> None:
     if args.record:
         if not args.plan:
             parser.error("--record needs --plan")
-        print(json.dumps(record(args.plan, args.record, args.sources, args.command)))
+        print(json.dumps(record(args.plan, args.record, args.sources, args.command, args.served)))
         return
     if not args.output:
         parser.error("choosing a plan needs -o/--output")

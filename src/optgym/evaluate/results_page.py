@@ -324,7 +324,8 @@ def _linked_set(name: str, measured: dict[str, Any], plan: str) -> list[str]:
     ratios = [f"**{_ratio(total['optgym'][f] / total['plain'][f])}**" for f in ("dottext", "text")]
     rows.append(["**total**", *ratios, "", ""])
     return [
-        f"Packages outside the training list, `{name}`{plan} (measured once: `{measured['command']}`), "
+        f"Packages outside the training list, `{name}`{plan}{_served_beside(measured)} "
+        f"(measured once: `{measured['command']}`), "
         "built with `-Oz -flto=thin -fuse-ld=lld`, optgym ÷ plain clang-22 ThinLTO:",
         "",
         *_table(["package", "`.text`", "text", "tests plain / optgym", "build wall (one build, as loaded)"], rows),
@@ -438,8 +439,11 @@ def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str
                     for row in measured["packages"].values() if row["built"])  # fmt: skip
         passing = "passing" if tests else "NOT all passing"
         unseen_cell = f"**{_dottext(measured)}**: `{name}`, {len(measured['packages'])} packages, tests {passing}"
-        if len(unseen) > 1:
-            unseen_cell += "; earlier: " + ", ".join(f"`{n}` {_dottext(m)}" for n, m in reversed(unseen[:-1]))
+        if len(unseen) > 1:  # a set that served nothing beside the plan says so where the newest did
+            alone = " (the plan alone)" if measured.get("served") else ""
+            unseen_cell += "; earlier: " + ", ".join(
+                f"`{n}`{'' if m.get('served') else alone} {_dottext(m)}" for n, m in reversed(unseen[:-1])
+            )
     training = figures.get("linked_training_packages", {})
     served = _served_by_default(directory / target)
     decided = "the ThinLTO plan (`thinlto.json`)" + "".join(f" and {noun} (`{name}`)" for noun, name in served)
@@ -460,6 +464,12 @@ def _served_by_default(directory: Path) -> list[tuple[str, str]]:
              "regalloc-priority": "the priority scorer"}  # fmt: skip
     return [(nouns[problem], shipped) for problem, _, shipped, default in LTO_CHANNELS
             if default == "pretrained" and (directory / shipped).is_file()]  # fmt: skip
+
+
+def _served_beside(measured: dict[str, Any]) -> str:
+    """What a linked set's builds served beside the plan, as a phrase (nothing if only the plan)."""
+    served = measured.get("served")
+    return f", {' and '.join(f'`{name}`' for name in served)} served beside the plan," if served else ""
 
 
 def _dottext(measured: dict[str, Any]) -> str:
