@@ -68,6 +68,7 @@ def short_lived_servers(monkeypatch):
     for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY"):
         monkeypatch.setenv(name, "heuristic")
     monkeypatch.setenv("OPTGYM_LTO_PLAN", "none")  # the policy's tests; the plan's set their own
+    monkeypatch.setenv("OPTGYM_LTO_SERVE_FROM", "0")  # this program's link is small: served anyway, to be tested
     # backends each a clang of their own, side by side: the tests of lld's own (the default) say so
     monkeypatch.setenv("OPTGYM_LTO_BACKENDS", "distributed")
     yield
@@ -215,12 +216,18 @@ def test_the_allocators_policies_serve_every_backend_and_the_program_runs(progra
 
 def test_the_shipped_eviction_scorer_serves_by_default_and_the_priority_scorer_is_asked_for(program, monkeypatch):
     """No OPTGYM_LTO_* set: the plan and the eviction scorer shipped for x86-64, served inside lld (inlining and
-    priority stay clang's). ``OPTGYM_LTO_EVICT_POLICY=heuristic`` is the plan alone, no server;
+    priority stay clang's) for links from 256 KiB of inputs; a lighter one, like this program's, takes the plan
+    alone. ``OPTGYM_LTO_EVICT_POLICY=heuristic`` is the plan alone, no server;
     ``OPTGYM_LTO_PRIORITY_POLICY=pretrained`` adds the priority scorer (it decides C links: this one is C++, so
     asking for it changes nothing here)."""
     for name in ("OPTGYM_LTO_EVICT_POLICY", "OPTGYM_LTO_PRIORITY_POLICY", "OPTGYM_LTO_PLAN", "OPTGYM_LTO_BACKENDS"):
         monkeypatch.delenv(name)
-    default = _link(program, "default", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")
+    weight = thinlto.input_bytes([str(program / o) for o in _objects()])
+    assert weight < thinlto.DEFAULT_SERVE_FROM  # by default a link this light takes the plan alone: no server
+    light = _link(program, "light", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1", OPTGYM_LTO_SERVE_FROM="")
+    assert light.returncode == 0, light.stderr
+    assert "ThinLTO:" not in light.stderr and _servers() == []
+    default = _link(program, "default", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1")  # served from 0 bytes (fixture)
     assert default.returncode == 0, default.stderr
     served = next(line for line in default.stderr.splitlines() if "ThinLTO:" in line)
     evict, priority = _scorers().values()
@@ -232,6 +239,7 @@ def test_the_shipped_eviction_scorer_serves_by_default_and_the_priority_scorer_i
     assert plan_alone.returncode == 0, plan_alone.stderr
     assert "ThinLTO:" not in plan_alone.stderr
     assert (program / "plan-alone").read_bytes() != (program / "default").read_bytes()  # the scorer decided
+    assert (program / "plan-alone").read_bytes() == (program / "light").read_bytes()
     asked = _link(program, "asked", OPTGYM_VERBOSE="1", OPTGYM_STRICT="1", OPTGYM_LTO_PRIORITY_POLICY="pretrained")
     assert asked.returncode == 0, asked.stderr
     assert priority in next(line for line in asked.stderr.splitlines() if "ThinLTO:" in line)

@@ -72,10 +72,13 @@ BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")
 #: by side, through lld's distributor. A distributed backend costs a clang start (~35 ms).
 BACKENDS = "OPTGYM_LTO_BACKENDS"
 BACKENDS_MODES = ("lld", "distributed")
-#: Serve only links whose object and archive inputs come to at least this many bytes (``OPTGYM_LTO_SERVE_FROM``;
-#: default 0, every link): a served link pays a fixed price (the server's round trip, and before lanes its
-#: backends one at a time) that a small link's own work does not cover (docs/experiments/2026-11-28-thinlto-in-lld.md).
+#: Serve only links whose object and archive inputs come to at least this many bytes (``OPTGYM_LTO_SERVE_FROM``,
+#: default :data:`DEFAULT_SERVE_FROM`; 0 serves every link); a lighter link takes the plan alone. A served link pays
+#: a fixed price that a small link's own work does not cover: the server's start once a build (~0.12 s) and ~25 ms
+#: a link. On builds of about a second that was 1.21-1.23x plain ThinLTO (lto11), and links that small hold few
+#: of a program's bytes (docs/experiments/2026-11-29-lto11.md).
 SERVE_FROM = "OPTGYM_LTO_SERVE_FROM"
+DEFAULT_SERVE_FROM = 256 * 1024
 
 
 #: The file of a target's ThinLTO plan (:func:`lto_plan`), beside its policies.
@@ -235,8 +238,9 @@ def backends_mode() -> str:
 
 
 def serve_from() -> int:
-    """``OPTGYM_LTO_SERVE_FROM`` in bytes (default 0); anything else is an error the build is told about."""
-    value = os.environ.get(SERVE_FROM, "").strip() or "0"
+    """``OPTGYM_LTO_SERVE_FROM`` in bytes (default :data:`DEFAULT_SERVE_FROM`); anything else is an error the build
+    is told about."""
+    value = os.environ.get(SERVE_FROM, "").strip() or str(DEFAULT_SERVE_FROM)
     if not value.isdigit():
         raise ValueError(f"{SERVE_FROM}={value!r} is not a number of bytes")
     return int(value)
