@@ -87,6 +87,9 @@ from optgym.toolchain.remarks import driver_record_flags
 from optgym_cc.thinlto import BACKEND_FLAGS, first_error, link_jobs, without_link_jobs
 
 MAX_REQUEST = 1 << 20
+#: At most this many lanes (and so backends side by side) in a served link: each lane holds two descriptors per
+#: channel, and a process may open 1 024 by default
+MAX_LANES = 64
 #: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
 #: (``OPTGYM_TIMEOUT``). A policy can drive clang where its heuristic never goes: ``random`` inlining made
 #: sqlite3's amalgamation, a minute's compile for clang, run for over 19 minutes. Ten minutes is well past any
@@ -352,7 +355,7 @@ class Server:
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
         lanes, library = 1, None
         if link:  # its backends side by side, each lld thread on its own lane's channels; BACKEND_FLAGS go to lld
-            lanes = link_jobs(args)  # the link's own --thinlto-jobs / -flto-jobs, else every core
+            lanes = min(link_jobs(args), MAX_LANES)  # the link's own --thinlto-jobs / -flto-jobs, else every core
             library = lanes_library(argv[0]) if lanes > 1 else None
             lanes = lanes if library else 1  # without the library, one at a time on one set of channels
             args = [*without_link_jobs(args), f"-Wl,--thinlto-jobs={lanes}", *for_linker(BACKEND_FLAGS)]
