@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from optgym_cc.thinlto import LTO_CHANNELS
+
 PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "policies" / "pretrained"
 PORTFOLIO = "portfolio-c.json"
 THINLTO_PLAN = "thinlto.json"
@@ -448,9 +450,8 @@ def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str
     served = _served_by_default(directory / target)
     decided = "the ThinLTO plan (`thinlto.json`)" + "".join(f" and {noun} (`{name}`)" for noun, name in served)
     training_cell = "—"
-    if training.get("dottext"):  # measured with the plan alone unless it says what it served beside it
-        what = ", with " + " and ".join(noun for noun, _ in served) if training.get("served") else ", the plan alone"
-        training_cell = f"{_ratio(training['dottext'])} (training packages{what if served else ''})"
+    if training.get("dottext"):  # the plan's choice measures the plan alone: say so where a default serves more
+        training_cell = f"{_ratio(training['dottext'])} (training packages{', the plan alone' if served else ''})"
     return [f"{TARGET_NAMES.get(target, target)} ThinLTO", decided, "linked `.text`, against plain ThinLTO",
             training_cell, unseen_cell]  # fmt: skip
 
@@ -458,8 +459,6 @@ def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str
 def _served_by_default(directory: Path) -> list[tuple[str, str]]:
     """The learned ThinLTO policies a default link serves beside the plan in ``directory`` (a target's): those
     whose variable defaults to ``pretrained`` and whose file ships there, as (what it decides, its file)."""
-    from optgym_cc.thinlto import LTO_CHANNELS
-
     nouns = {"inline-size": "the inline policy", "regalloc-evict": "the eviction scorer",
              "regalloc-priority": "the priority scorer"}  # fmt: skip
     return [(nouns[problem], shipped) for problem, _, shipped, default in LTO_CHANNELS

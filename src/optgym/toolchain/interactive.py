@@ -173,7 +173,7 @@ class InteractiveCompile:
         self._lanes, self._lane_library = max(lanes, 1), lane_library
         self._channels: list[_Channel] = []
         self._by_fd: dict[int, int] = {}  # a stream's fd -> its channel
-        self._orders: list[tuple[int, ...]] = []
+        self._fed: set[int] = set()  # channels whose decoder may hold a whole event: fed since it last ran dry
         self._start = 0.0
         self._budget = timeout
         self._pidfd: int | None = None
@@ -272,8 +272,6 @@ class InteractiveCompile:
             self._by_fd[out_fd] = len(self._channels)
             self._channels.append(_Channel(in_fd, out_fd, StreamDecoder(self._sessions), base=base))
             self._poller.register(out_fd, select.POLLIN)
-        count = len(self._channels)  # per current channel: the order in which channels are looked at
-        self._orders = [(current, *(i for i in range(count) if i != current)) for current in range(count)]
         if self._stderr is None:
             res.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by release()
         self._start = time.perf_counter()
@@ -333,11 +331,13 @@ class InteractiveCompile:
         return ready
 
     def _pending(self):
-        """The next event already decoded on some channel (the current one first), or ``None``. A
-        header opens its channel; a context names what that channel's pass works on next."""
-        if not self._channels:  # a compile with no channel (pass options only) has no events: it just runs
-            return None
-        for index in self._orders[self.channel]:
+        """The next event already decoded on some channel (the current one first, then by index), or ``None``.
+        Only channels fed since their decoder last ran dry are looked at: a link with many lanes has many
+        channels, and this runs at every decision. A header opens its channel; a context names what that
+        channel's pass works on next."""
+        fed = self._fed
+        while fed:
+            index = self.channel if self.channel in fed else min(fed)
             channel = self._channels[index]
             while (event := channel.decoder.next_event()) is not None:
                 if isinstance(event, Context):
@@ -355,6 +355,7 @@ class InteractiveCompile:
                         self._res.directory = None
                 self.channel = index
                 return event
+            fed.discard(index)
         return None
 
     def _next_event(self):
@@ -407,6 +408,7 @@ class InteractiveCompile:
             if self._res.transcript:
                 self._res.transcript.record("out", data)
             channel.decoder.feed(data)
+            self._fed.add(index)
             return True
         if self._sessions:
             spoke = channel.decoder.header is not None or channel.decoder.buffered > 0

@@ -31,8 +31,9 @@ _built: dict[str, str | None] = {}
 
 
 def lanes_library(clang: str) -> str | None:
-    """The lanes library built by ``clang`` (once per source and compiler, in optgym's cache), or ``None`` if it
-    cannot be built here."""
+    """The lanes library built by ``clang`` (once per source and compiler binary, in optgym's cache: ``clang``,
+    ``clang++`` and ``clang-22`` are one), or ``None`` if it cannot be built here."""
+    clang = os.path.realpath(clang)
     if clang in _built:
         return _built[clang]
     source = SOURCE.read_bytes()
