@@ -20,6 +20,7 @@ from optgym.evaluate.results_page import (
     results_page,
     with_readme_results,
 )
+from optgym_cc.thinlto import served_by_default
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
@@ -162,7 +163,7 @@ def test_committed_readme_results_are_the_generated_ones():
     readme = (ROOT / "README.md").read_text()
     assert README_BEGIN in readme and README_END in readme
     stale = "README.md's results are stale: run `optgym results-page --readme README.md`"
-    assert with_readme_results(readme) == readme, stale
+    assert with_readme_results(readme, PRETRAINED_DIR, served_by_default()) == readme, stale
 
 
 def test_the_readme_results_follow_the_files(tmp_path):
@@ -177,7 +178,7 @@ def test_the_readme_results_follow_the_files(tmp_path):
     portfolio["measured"] = {held: portfolio["measured"][held]}
     portfolio["measured"][held]["prefixes"][portfolio["default_candidates"] - 1]["total_ratio"] = 0.12344
     path.write_text(json.dumps(portfolio))
-    rows = {r[0]: r for r in _table_rows(readme_results(root))}
+    rows = {r[0]: r for r in _table_rows(readme_results(root, served_by_default()))}
     assert rows["AArch64 C"][3].startswith("**0.1234**") and rows["AArch64 C"][4] == "none measured yet"
     inliner = json.loads((PRETRAINED_DIR / "inline-size.provenance.json").read_text())
     sets = [e for e in inliner["figures"]["unseen_packages_with_shipped_policies"] if e.get("C++", {}).get("evaluated")]
@@ -198,7 +199,7 @@ def test_the_readme_results_follow_the_files(tmp_path):
     assert rows["x86-64 ThinLTO"][1] == "the ThinLTO plan (`thinlto.json`)"  # this copy ships no .onnx
     (root / "regalloc-evict-thinlto.onnx").write_bytes(b"")
     (root / "regalloc-priority-thinlto.onnx").write_bytes(b"")  # asked for, not the default: not named
-    rows = {r[0]: r for r in _table_rows(readme_results(root))}
+    rows = {r[0]: r for r in _table_rows(readme_results(root, served_by_default()))}
     assert rows["x86-64 ThinLTO"][1].endswith("and the eviction scorer (`regalloc-evict-thinlto.onnx`)")
     assert "scorer" not in rows["AArch64 ThinLTO"][1]
     with pytest.raises(ValueError, match="no results block"):
@@ -221,7 +222,8 @@ def test_results_page_command(tmp_path):
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "regenerated" in proc.stdout and "# Results" not in proc.stdout  # not the page as well
-    assert readme.read_text() == with_readme_results(f"# x\n{README_BEGIN}\n{README_END}\n")
+    empty = f"# x\n{README_BEGIN}\n{README_END}\n"
+    assert readme.read_text() == with_readme_results(empty, PRETRAINED_DIR, served_by_default())
 
 
 def test_the_thinlto_plan_and_its_linked_figures():

@@ -400,12 +400,13 @@ def results_page(
     ] = None,
 ) -> None:
     """The results page (docs/results.md), generated from the shipped provenance files and the C portfolio."""
+    from optgym.evaluate.results_page import PRETRAINED_DIR, with_readme_results
     from optgym.evaluate.results_page import results_page as generate
-    from optgym.evaluate.results_page import with_readme_results
+    from optgym_cc.thinlto import served_by_default
 
     if readme is not None:
         try:
-            readme.write_text(with_readme_results(readme.read_text()))
+            readme.write_text(with_readme_results(readme.read_text(), PRETRAINED_DIR, served_by_default()))
         except (OSError, ValueError) as e:
             _fail(f"{readme}: {e}")
         console.print(f"{readme}: results block regenerated", highlight=False)

@@ -64,6 +64,13 @@ LTO_CHANNELS = (
     ("regalloc-evict", "OPTGYM_LTO_EVICT_POLICY", "regalloc-evict-thinlto.onnx", "pretrained"),
     ("regalloc-priority", "OPTGYM_LTO_PRIORITY_POLICY", "regalloc-priority-thinlto.onnx", "heuristic"),
 )
+
+
+def served_by_default() -> list[tuple[str, str]]:
+    """The ThinLTO policies a link serves with no variable set, where their file ships: (problem, file)."""
+    return [(problem, shipped) for problem, _, shipped, default in LTO_CHANNELS if default == "pretrained"]
+
+
 #: The backends run clang's -O2 pipeline over the -Oz compile's ``minsize`` functions; at -O2 the ML advisor
 #: stops inlining once a module's size doubles unless told otherwise, and clang's own backends never stop.
 BACKEND_FLAGS = ("-mllvm", "-ml-advisor-size-increase-threshold=1000")

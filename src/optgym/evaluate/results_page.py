@@ -13,8 +13,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from optgym_cc.thinlto import LTO_CHANNELS
-
 PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "policies" / "pretrained"
 PORTFOLIO = "portfolio-c.json"
 THINLTO_PLAN = "thinlto.json"
@@ -428,7 +426,9 @@ def _inliner_row(provenance: dict[str, Any]) -> list[str]:
             _with_worse(held["total_ratio"], held["regressed_over_1pct"], held["evaluated"]), unseen_cell]  # fmt: skip
 
 
-def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str]:
+def _thinlto_row(
+    target: str, plan: dict[str, Any], directory: Path, lto_defaults: Sequence[tuple[str, str]]
+) -> list[str]:
     """A target's ThinLTO plan: linked ``.text`` of its newest set outside the training list, then every earlier
     set measured with the same plan (each set's first record: the build as ``optgym-cc`` made it by default), so
     no set is left out of the README."""
@@ -447,7 +447,7 @@ def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str
                 f"`{n}`{'' if m.get('served') else alone} {_dottext(m)}" for n, m in reversed(unseen[:-1])
             )
     training = figures.get("linked_training_packages", {})
-    served = _served_by_default(directory / target)
+    served = _served_by_default(directory / target, lto_defaults)
     decided = "the ThinLTO plan (`thinlto.json`)" + "".join(f" and {noun} (`{name}`)" for noun, name in served)
     training_cell = "—"
     if training.get("dottext"):  # the plan's choice measures the plan alone: say so where a default serves more
@@ -456,13 +456,12 @@ def _thinlto_row(target: str, plan: dict[str, Any], directory: Path) -> list[str
             training_cell, unseen_cell]  # fmt: skip
 
 
-def _served_by_default(directory: Path) -> list[tuple[str, str]]:
-    """The learned ThinLTO policies a default link serves beside the plan in ``directory`` (a target's): those
-    whose variable defaults to ``pretrained`` and whose file ships there, as (what it decides, its file)."""
+def _served_by_default(directory: Path, lto_defaults: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Of ``lto_defaults`` (the launcher's ``served_by_default()``: (problem, file) pairs), those whose file ships
+    in ``directory`` (a target's), as (what it decides, its file)."""
     nouns = {"inline-size": "the inline policy", "regalloc-evict": "the eviction scorer",
              "regalloc-priority": "the priority scorer"}  # fmt: skip
-    return [(nouns[problem], shipped) for problem, _, shipped, default in LTO_CHANNELS
-            if default == "pretrained" and (directory / shipped).is_file()]  # fmt: skip
+    return [(nouns[problem], shipped) for problem, shipped in lto_defaults if (directory / shipped).is_file()]
 
 
 def _served_beside(measured: dict[str, Any]) -> str:
@@ -476,9 +475,11 @@ def _dottext(measured: dict[str, Any]) -> str:
     return _ratio(measured["total"]["optgym"]["dottext"] / measured["total"]["plain"]["dottext"])
 
 
-def readme_results(directory: Path = PRETRAINED_DIR) -> str:
+def readme_results(directory: Path = PRETRAINED_DIR, lto_defaults: Sequence[tuple[str, str]] = ()) -> str:
     """The README's results block: one row per thing ``optgym-cc`` decides by default, each with its held-out and
-    its outside-the-training-list figure, read from the same files as the results page."""
+    its outside-the-training-list figure, read from the same files as the results page. ``lto_defaults``: the
+    learned ThinLTO policies a default link serves where they ship (``optgym_cc.thinlto.served_by_default()``, which
+    this layer may not import; the command passes it)."""
     provenances = _provenances(directory)
     inliner = provenances.get("inline-size.provenance.json")
     rows = [_inliner_row(inliner)] if inliner else []
@@ -488,14 +489,19 @@ def readme_results(directory: Path = PRETRAINED_DIR) -> str:
             e["C"] for e in inliner["figures"].get("unseen_packages_with_shipped_policies", [])
             if e.get("C", {}).get("evaluated") and e.get("candidates") == portfolio["default_candidates"]]  # fmt: skip
         rows.append(_portfolio_row(target, portfolio, later))
-    rows += [_thinlto_row(target, plan, directory) for target, plan in _per_target(directory, THINLTO_PLAN)]
+    rows += [
+        _thinlto_row(target, plan, directory, lto_defaults) for target, plan in _per_target(directory, THINLTO_PLAN)
+    ]
     header = ["code", "decided by (default build)", "measure", "held-out split", "packages outside the training list"]
     return "\n".join([README_BEGIN, "", *_table(header, rows), README_END])
 
 
-def with_readme_results(readme: str, directory: Path = PRETRAINED_DIR) -> str:
-    """``readme`` with its results block (between :data:`README_BEGIN` and :data:`README_END`) regenerated."""
+def with_readme_results(
+    readme: str, directory: Path = PRETRAINED_DIR, lto_defaults: Sequence[tuple[str, str]] = ()
+) -> str:
+    """``readme`` with its results block (between :data:`README_BEGIN` and :data:`README_END`) regenerated (see
+    :func:`readme_results`)."""
     start, end = readme.find(README_BEGIN), readme.find(README_END)
     if start < 0 or end < start:
         raise ValueError(f"the README has no results block: a line {README_BEGIN!r}, later a line {README_END!r}")
-    return readme[:start] + readme_results(directory) + readme[end + len(README_END) :]
+    return readme[:start] + readme_results(directory, lto_defaults) + readme[end + len(README_END) :]
