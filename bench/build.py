@@ -50,6 +50,7 @@ the exit status 1.
     nice -n 10 .venv/bin/python bench/build.py                       # graphite2, a quick BC policy, 3 rounds
     .venv/bin/python bench/build.py --policy RUN_OR_POLICY --repeat 5 --json out.json
     .venv/bin/python bench/build.py --project cmark --corpus demo-out/corpus   # train on an existing corpus
+    .venv/bin/python bench/build.py --project cmark --policy pretrained --default --target aarch64-linux-gnu
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from host_overhead import build_c_host  # bench/ is not a package: the shared C host's builder
 
 from optgym.corpus.debian import enable_deb_src
+from optgym.corpus.target import Target
 from optgym.errors import OptgymError
 from optgym.evaluate.build_compare import run_step
 from optgym.evaluate.elf_sizes import compare_builds
@@ -278,7 +280,18 @@ def variant_env(v: Variant, runtime: Path) -> dict[str, str]:
     return env
 
 
-def configure(v: Variant, src: Path, build: Path, work: Path) -> None:
+def cross_args(target: Target | None, toolchain: Toolchain) -> list[str]:
+    """``--target``: CMake's cross settings for a Linux target (its tests run under qemu-user), lld for its links
+    and LLVM's archiver (the system's ``ld`` and ``ar`` know this machine only)."""
+    if target is None:
+        return []
+    lld = "-fuse-ld=lld"
+    return [*target.cmake_args(), f"-DCMAKE_AR={toolchain.bin_dir / 'llvm-ar'}",
+            f"-DCMAKE_RANLIB={toolchain.bin_dir / 'llvm-ranlib'}", f"-DCMAKE_EXE_LINKER_FLAGS={lld}",
+            f"-DCMAKE_SHARED_LINKER_FLAGS={lld}", f"-DCMAKE_MODULE_LINKER_FLAGS={lld}"]  # fmt: skip
+
+
+def configure(v: Variant, src: Path, build: Path, work: Path, cross: list[str]) -> None:
     runtime = work / "run" / f"{v.name}-configure"
     runtime.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(build, ignore_errors=True)
@@ -286,7 +299,7 @@ def configure(v: Variant, src: Path, build: Path, work: Path) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     log.unlink(missing_ok=True)
     argv = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=MinSizeRel",
-            "-DCMAKE_C_FLAGS_MINSIZEREL=-Oz -DNDEBUG", "-DCMAKE_CXX_FLAGS_MINSIZEREL=-Oz -DNDEBUG"]  # fmt: skip
+            "-DCMAKE_C_FLAGS_MINSIZEREL=-Oz -DNDEBUG", "-DCMAKE_CXX_FLAGS_MINSIZEREL=-Oz -DNDEBUG", *cross]  # fmt: skip
     status = run_step("configure", argv, work, variant_env(v, runtime), log).returncode  # stops its servers
     if status:
         raise BenchError(f"configuring {v.name} failed:\n{tail(log)}")
@@ -414,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--default", action="store_true",
                         help="a variant: the policy with optgym-cc's defaults (OPTGYM_CANDIDATES and "
                              "OPTGYM_GUARD_BELOW unset): what a user's build compiles")  # fmt: skip
+    parser.add_argument("--target", metavar="TRIPLE",
+                        help="cross-build for a Linux target (aarch64-linux-gnu), tests under qemu-user")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, help="timed clean rebuilds per variant (default 3)")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel compiles")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORK, help=f"sources, builds, logs ({DEFAULT_WORK})")
@@ -421,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be ≥ 1")
+    target = Target.of(args.target)
+    if target is not None and not (target.linux and target.emulator()):
+        parser.error(f"--target {args.target}: only a Linux target whose programs qemu-user runs here")
     console = Console() if sys.stdout.isatty() else Console(width=180)
     work = args.workdir.resolve()
     for tool in ("cmake", "ninja", "ctest"):
@@ -438,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         say(console, f"[bold red]error:[/] {e}")
         return 1
     load_start = os.getloadavg()[0]
-    say(console, f"[bold]{args.project}[/] {src.name} from Debian; {toolchain.banner}; -j {args.jobs}, "
+    say(console, f"[bold]{args.project}[/] {src.name} from Debian{f' for {target.triple}' if target else ''}; "
+                 f"{toolchain.banner}; -j {args.jobs}, "
                  f"{args.repeat} rounds; load average {load_start:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
     clang = toolchain.bin_dir
     variants = {
@@ -467,10 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         variants["default"] = Variant("default", f"(8) optgym-c++, {policy_label}, defaults", served.cc, served.cxx,
                                       env)  # fmt: skip
     names = tuple(variants)
-    builds = {n: work / "builds" / args.project / n for n in names}
+    builds = {n: work / "builds" / (f"{args.project}-{args.target}" if target else args.project) / n for n in names}
     try:
         for n, v in variants.items():
-            configure(v, src, builds[n], work)
+            configure(v, src, builds[n], work, cross_args(target, toolchain))
         wall, _, _ = timed_build(variants["plain"], builds["plain"], work, args.jobs, "warmup")
         say(console, f"[dim]warm-up build (plain, untimed): {wall:.1f} s[/]")
         for r in range(args.repeat):
@@ -516,9 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     if load > (os.cpu_count() or 1) / 2:
         say(console, f"[yellow]load average {load:.2f} at the end: other work shared the machine; expect noise[/]")
     if args.json:
-        args.json.write_text(json.dumps({"project": args.project, "source": src.name, "compiler": toolchain.banner,
-                                         "jobs": args.jobs, "repeat": args.repeat, "policy": policy,
-                                         "target_policy_over_c_host": TARGET, "variants": rows,
+        args.json.write_text(json.dumps({"project": args.project, "target": args.target, "source": src.name,
+                                         "compiler": toolchain.banner, "jobs": args.jobs, "repeat": args.repeat,
+                                         "policy": policy, "target_policy_over_c_host": TARGET, "variants": rows,
                                          "load_average_start": load_start, "load_average_end": load},
                                         indent=2) + "\n")  # fmt: skip
     return status

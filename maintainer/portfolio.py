@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -88,13 +89,18 @@ MORE_THRESHOLDS: dict[str, tuple[str, ...]] = {
         "no speculation in simplifycfg": "-max-speculation-depth=0",
         "no loop-simplifycfg terminator folding": "-enable-loop-simplifycfg-term-folding=false",
         "no block placement": "-disable-block-placement",
-        "size-aware block layout": "-apply-ext-tsp-for-size",
         "licm use-scan limit 0": "-licm-max-num-uses-traversed=0",
         "no machine scheduler": "-enable-misched=false",
         "no post-RA scheduler": "-enable-post-misched=false",
         "jump threading threshold 0": "-jump-threading-threshold=0",
     }.items()
 }
+#: LLVM's ext-TSP layout for size is superlinear in a function's blocks (cmark's utf8.c: 0.42 s → 1.62 s a compile,
+#: its build 1.9× plain: docs/experiments/2026-11-29-c-layout.md), so functions of more blocks keep clang's own
+#: placement, as in the ThinLTO plan
+MORE_THRESHOLDS["size-aware block layout up to 1000 blocks"] = (
+    "-mllvm", "-apply-ext-tsp-for-size", "-mllvm", "-ext-tsp-block-placement-max-blocks=1000",
+)  # fmt: skip
 #: ``--size-passes``: passes LLVM has for code size that clang's ``-Oz`` leaves off, each checked to be known to
 #: clang-22. Measured one by one on AArch64's C training modules (docs/experiments/2026-11-25-targets.md), the
 #: merging of constant globals took 1.4 % off the total and GVN hoisting 0.9 %, each at clang's compile time. The
@@ -158,12 +164,15 @@ def load_scorer(problem: str, spec: str) -> CandidateScorer:
 
 def target_scorers(directory: Path) -> dict[str, str]:
     """``--scorers DIR``: the scorer pair trained for a target, ``DIR/regalloc-evict`` and ``DIR/regalloc-priority``
-    (policy directories, as ``optgym train es`` writes them: the file exports each under ``portfolio-c/``)."""
+    (policy directories, as ``optgym train es`` writes them) or ``DIR/regalloc-evict.onnx`` and
+    ``DIR/regalloc-priority.onnx`` (exported, as a shipped target portfolio holds them under ``portfolio-c/``). The
+    file exports each under ``portfolio-c/``."""
     pair = {}
     for problem in PERTURBATIONS:
-        if not (directory / problem).is_dir():
-            sys.exit(f"--scorers {directory}: no policy directory {problem} in it")
-        pair[problem] = str((directory / problem).absolute())  # its name names the exported file
+        found = [path for path in (directory / problem, directory / f"{problem}.onnx") if path.exists()]
+        if not found:
+            sys.exit(f"--scorers {directory}: neither a policy directory {problem} nor {problem}.onnx in it")
+        pair[problem] = str(found[0].absolute())  # its name names the exported file
     return pair
 
 
@@ -304,8 +313,11 @@ def choose(args: argparse.Namespace) -> int:
         spec = {}
         for problem, policy in policies.items():
             if policy not in ("pretrained", "heuristic"):
-                target = files / f"{Path(policy).name}.onnx"
-                export_policy(Path(policy), target)
+                target = files / f"{Path(policy).name.removesuffix('.onnx')}.onnx"
+                if policy.endswith(".onnx"):
+                    shutil.copyfile(policy, target)
+                else:
+                    export_policy(Path(policy), target)
                 policy = f"portfolio-c/{target.name}"
             spec[problem] = policy
         candidates.append({"name": name, "policies": spec, **({"flags": list(flags)} if flags else {})})

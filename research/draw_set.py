@@ -4,6 +4,7 @@
     .venv/bin/python -m research.draw_set pool -o POOL.json
     .venv/bin/python -m research.draw_set check POOL.json --seed N --want 5 -o DIR [--skip NAME ...]
     .venv/bin/python -m research.draw_set check POOL.json --seed N --want 5 -o DIR --corpus   # a per-object C set
+    .venv/bin/python -m research.draw_set check POOL.json --seed N -o DIR --corpus --target aarch64-linux-gnu
 
 Why: hand-named sets decide their own totals (lto4–lto6 in docs/experiments), so an unseen set is drawn instead.
 ``pool`` lists bookworm's source packages that meet every condition below; ``check`` shuffles that list with
@@ -31,6 +32,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,16 +147,17 @@ def check_one(name: str, work: Path, minutes: int) -> str:
 MIN_C_MODULES = 5
 
 
-def c_modules(name: str, work: Path) -> str:
+def c_modules(name: str, work: Path, target: Sequence[str] = ()) -> str:
     """``taken`` when ``optgym corpus debian NAME`` (clang-22 alone, no policy) gives at least
-    :data:`MIN_C_MODULES` C modules, else why not: for a per-object C set (c14), whose packages need no test suite."""
+    :data:`MIN_C_MODULES` C modules, else why not: for a per-object C set (c14), whose packages need no test suite.
+    ``target``: the corpus build's ``--target`` and ``--target-flag`` options, for a set of another target's code."""
     from optgym.corpus import Corpus
 
     corpus = work / name
     if not fetched(name, work / f"{name}-fetch", "--download-only"):  # first, cheaply: most are not served
         return "not fetched"
     optgym = Path(sys.executable).parent / "optgym"
-    subprocess.run([str(optgym), "corpus", "debian", name, "--build-deps", "-o", str(corpus), "-j", "2"],
+    subprocess.run([str(optgym), "corpus", "debian", name, "--build-deps", "-o", str(corpus), "-j", "2", *target],
                    capture_output=True)  # fmt: skip
     try:
         count = sum(m.family == "C" for m in Corpus(corpus))
@@ -164,7 +167,14 @@ def c_modules(name: str, work: Path) -> str:
 
 
 def check(
-    pool_path: Path, seed: int, want: int, out: Path, skip: list[str], minutes: int, corpus: bool = False
+    pool_path: Path,
+    seed: int,
+    want: int,
+    out: Path,
+    skip: list[str],
+    minutes: int,
+    corpus: bool = False,
+    target: Sequence[str] = (),
 ) -> None:
     names = json.loads(pool_path.read_text())
     random.Random(seed).shuffle(names)
@@ -178,7 +188,7 @@ def check(
             break
         if name in decided or name in skip:
             continue
-        outcome = c_modules(name, out / "work") if corpus else check_one(name, out / "work", minutes)
+        outcome = c_modules(name, out / "work", target) if corpus else check_one(name, out / "work", minutes)
         draws.append({"name": name, "outcome": outcome})
         record_path.write_text(json.dumps({"seed": seed, "draws": draws}, indent=1) + "\n")
         print(name, outcome, flush=True)
@@ -205,12 +215,17 @@ def main() -> None:
     c.add_argument("--skip", action="append", default=[], help="a name the rule's corrections exclude")
     c.add_argument("--minutes", type=int, default=20)
     c.add_argument("--corpus", action="store_true", help="take packages by their C modules (a per-object set)")
+    c.add_argument("--target", help="with --corpus: build for this target (aarch64-linux-gnu, thumbv7em-none-eabi)")
+    c.add_argument("--target-flag", action="append", default=[], help="with --target: a flag of its compiles")
     c.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
+    if args.target and not args.corpus:
+        parser.error("--target needs --corpus: a ThinLTO set is built for this machine")
+    target = [*(["--target", args.target] if args.target else []), *(f"--target-flag={f}" for f in args.target_flag)]
     if args.command == "pool":
         pool(args.output, tuple(args.section) or ("libs",))
     else:
-        check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes, args.corpus)
+        check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes, args.corpus, target)
 
 
 if __name__ == "__main__":
