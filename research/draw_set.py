@@ -219,12 +219,13 @@ def main() -> None:
     c.add_argument("--target-flag", action="append", default=[], help="with --target: a flag of its compiles")
     c.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
-    if args.target and not args.corpus:
-        parser.error("--target needs --corpus: a ThinLTO set is built for this machine")
-    target = [*(["--target", args.target] if args.target else []), *(f"--target-flag={f}" for f in args.target_flag)]
     if args.command == "pool":
         pool(args.output, tuple(args.section) or ("libs",))
     else:
+        if args.target and not args.corpus:
+            parser.error("--target needs --corpus: a ThinLTO set is built for this machine")
+        target = ["--target", args.target] if args.target else []
+        target += [f"--target-flag={flag}" for flag in args.target_flag]
         check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes, args.corpus, target)
 
 
