@@ -353,6 +353,8 @@ def measure(args: argparse.Namespace) -> int:
               f"{f'; text + data {both:.4f}' if both else ''}{default}")  # fmt: skip
         figures.append({"compiles": count, "total_ratio": ratio, "over_1pct": worse, "modules": len(rows),
                         **({"text_and_data_ratio": both} if both else {})})  # fmt: skip
+        if default:
+            print_packages(rows)
         if count == 1:  # what optgym-cc builds with one compile: objects under 2 kB guarded by clang's own compile
             two_kb = guarded(rows, GUARD_BELOW)
             print(f"  as optgym-cc builds it (guarded below {GUARD_BELOW} B): {two_kb['total_ratio']:.4f}, "
@@ -373,6 +375,18 @@ def measure(args: argparse.Namespace) -> int:
         tmp.replace(args.portfolio)
         print(f"recorded in {args.portfolio} under {key!r}")
     return 0
+
+
+def print_packages(rows: list[ModuleRow]) -> None:
+    """Each package's total (module names start with their package): a set's total can hide one package that
+    grows, and issue bars count packages too."""
+    by_package: dict[str, list[ModuleRow]] = {}
+    for row in rows:
+        by_package.setdefault(row.module.split("/", 1)[0], []).append(row)
+    for package, group in sorted(by_package.items()):
+        totals = summarize(group)
+        print(f"  {package}: {totals['total_ratio']:.4f} of {totals['heuristic_text_bytes']} B, "
+              f"{totals['regressed_over_1pct']} of {len(group)} modules > 1 % worse")  # fmt: skip
 
 
 #: the bounds above the 2 kB default that ``measure`` tries for one compile guarded below them
