@@ -115,8 +115,27 @@ def test_the_chooser_puts_a_targets_own_scorers_in_every_entry(tmp_path):
         moved = portfolio_tool.load_scorer(problem, path).parameters()
         shipped = load_embedded(pretrained_path(problem)).parameters()
         assert np.abs(moved - base).mean() < np.abs(moved - shipped).mean()
-    with pytest.raises(SystemExit, match="no policy directory regalloc-evict"):
+    with pytest.raises(SystemExit, match=r"neither a policy directory regalloc-evict nor regalloc-evict\.onnx"):
         portfolio_tool.target_scorers(tmp_path / "empty")
+
+
+def test_the_chooser_takes_a_shipped_targets_exported_pair(tmp_path):
+    """``choose --scorers DIR`` with ``DIR/regalloc-*.onnx`` (a shipped target portfolio's ``portfolio-c/``): the
+    exported pair decides every entry of pass options, and its perturbations move from that pair."""
+    exported = tmp_path / "portfolio-c"
+    for problem in portfolio_tool.PERTURBATIONS:
+        shipped = load_embedded(pretrained_path(problem))
+        trained = shipped.with_parameters(shipped.parameters() + 5.0).save(tmp_path / "runs" / problem)
+        portfolio_tool.export_policy(trained, exported / f"{problem}.onnx")
+    pair = portfolio_tool.target_scorers(exported)
+    assert pair == {p: str((exported / f"{p}.onnx").absolute()) for p in portfolio_tool.PERTURBATIONS}
+    entries = portfolio_tool.pool(tmp_path / "pool", scorers=pair)
+    assert all(policies == pair for name, (policies, flags) in entries.items() if flags)
+    base = portfolio_tool.load_scorer("regalloc-evict", pair["regalloc-evict"]).parameters()
+    moved = [p["regalloc-evict"] for p, flags in entries.values() if p["regalloc-evict"] != pair["regalloc-evict"]]
+    assert len(moved) == portfolio_tool.VARIANTS
+    for path in moved:
+        assert 0 < np.abs(portfolio_tool.load_scorer("regalloc-evict", path).parameters() - base).mean() < 5
 
 
 def test_a_portfolio_applies_to_a_build_that_leaves_its_problems_at_the_default(tmp_path):
