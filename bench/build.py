@@ -285,10 +285,10 @@ def cross_args(target: Target | None, toolchain: Toolchain) -> list[str]:
     and LLVM's archiver (the system's ``ld`` and ``ar`` know this machine only)."""
     if target is None:
         return []
-    lld = "-fuse-ld=lld"
-    return [*target.cmake_args(), f"-DCMAKE_AR={toolchain.bin_dir / 'llvm-ar'}",
-            f"-DCMAKE_RANLIB={toolchain.bin_dir / 'llvm-ranlib'}", f"-DCMAKE_EXE_LINKER_FLAGS={lld}",
-            f"-DCMAKE_SHARED_LINKER_FLAGS={lld}", f"-DCMAKE_MODULE_LINKER_FLAGS={lld}"]  # fmt: skip
+    links = " ".join(target.link_flags)
+    return [*target.cmake_args(), f"-DCMAKE_AR={toolchain.tool('llvm-ar')}",
+            f"-DCMAKE_RANLIB={toolchain.tool('llvm-ranlib')}",
+            *(f"-DCMAKE_{kind}_LINKER_FLAGS={links}" for kind in ("EXE", "SHARED", "MODULE"))]  # fmt: skip
 
 
 def configure(v: Variant, src: Path, build: Path, work: Path, cross: list[str]) -> None:

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from optgym.corpus import Corpus
+from optgym.corpus.split import group_of
 from optgym.policies import pretrained_path, resolve_policy
 from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
@@ -368,7 +369,7 @@ def measure(args: argparse.Namespace) -> int:
     if args.record:  # into the portfolio file itself: one entry per corpus and split, replaced when measured again
         data = json.loads(args.portfolio.read_text())
         key = f"{args.corpus.resolve().name} ({args.split})"
-        packages = sorted({name.split("/", 1)[0] for name in modules})  # module names start with their package
+        packages = sorted({group_of(name, "package") for name in modules})
         data.setdefault("measured", {})[key] = {"clang_text_bytes": clang, "packages": packages, "prefixes": figures}
         tmp = args.portfolio.with_name(f".{args.portfolio.name}.tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
@@ -378,11 +379,11 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def print_packages(rows: list[ModuleRow]) -> None:
-    """Each package's total (module names start with their package): a set's total can hide one package that
+    """Each package's total (a module's name starts with its package): a set's total can hide one package that
     grows, and issue bars count packages too."""
     by_package: dict[str, list[ModuleRow]] = {}
     for row in rows:
-        by_package.setdefault(row.module.split("/", 1)[0], []).append(row)
+        by_package.setdefault(group_of(row.module, "package"), []).append(row)
     for package, group in sorted(by_package.items()):
         totals = summarize(group)
         print(f"  {package}: {totals['total_ratio']:.4f} of {totals['heuristic_text_bytes']} B, "

@@ -67,7 +67,8 @@ LTO_CHANNELS = (
 
 
 def served_by_default() -> list[tuple[str, str]]:
-    """The ThinLTO policies a link serves with no variable set, where their file ships: (problem, file)."""
+    """The ThinLTO policies a link serves with no variable set, as (problem, file name); a target serves each only
+    where that file ships in its directory."""
     return [(problem, shipped) for problem, _, shipped, default in LTO_CHANNELS if default == "pretrained"]
 
 
