@@ -548,3 +548,16 @@ def test_the_chooser_measures_an_entry_of_pass_options_alone_as_clang_with_them(
     assert all(row.ok for row in [*plain.values(), *flagged.values()])
     assert all(row.policy_text == row.heuristic_text for row in plain.values())
     assert any(flagged[n].policy_text != plain[n].policy_text for n in names)
+
+
+def test_measure_prints_each_packages_total_bytes_over_clangs(capsys):
+    """``portfolio measure``'s per-package lines: a package's ratio is its bytes over clang's (not a mean of module
+    ratios), and its modules more than 1 % worse are counted apart from the other packages'."""
+
+    def row(module: str, clang: int, mine: int) -> ModuleRow:
+        return ModuleRow(module, clang, mine, clang, mine, None, mine / clang, 0, 0, 0.1, "ok")
+
+    portfolio_tool.print_packages([row("big/a.c", 1000, 900), row("small/b.c", 100, 120), row("big/c.c", 1000, 1000)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["  big: 0.9500 of 2000 B, 0 of 2 modules > 1 % worse",
+                     "  small: 1.2000 of 100 B, 1 of 1 modules > 1 % worse"]  # fmt: skip
