@@ -84,8 +84,9 @@ def test_the_shipped_portfolio_loads_and_starts_with_the_default_builds_compile(
     assert first.policies == (("regalloc-evict", "heuristic"), ("regalloc-priority", "heuristic"))
     assert first.flags and first.flags[::2] == ("-mllvm",) * (len(first.flags) // 2)  # options of -Oz's passes
     assert portfolio.default_count == 1
-    second = portfolio.candidates[1]  # the first more compile buys: the shipped scorers with the same options
-    assert second.policies == (("regalloc-evict", "pretrained"), ("regalloc-priority", "pretrained"))
+    second = portfolio.candidates[1]  # the first more compile buys: the scorers it was chosen with, same options
+    evict = str(PRETRAINED_DIR / "portfolio-c" / "regalloc-evict-2026-11-24.onnx")  # pinned: chosen with that one
+    assert second.policies == (("regalloc-evict", evict), ("regalloc-priority", "pretrained"))
     assert second.flags == first.flags
     assert [c.name for c in portfolio.candidates if c.is_clang] == ["clang"] == [portfolio.candidates[2].name]
     assert portfolio.first(2) == portfolio.candidates[:2] and portfolio.first(99) == portfolio.candidates

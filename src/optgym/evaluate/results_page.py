@@ -91,39 +91,46 @@ def _shipped(provenances: dict[str, dict[str, Any]], portfolio: dict[str, Any] |
 
 
 def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
-    """The sets of packages outside the training list, once per distinct record (the files share it)."""
-    groups: dict[str, list[str]] = {}
+    """The sets of packages outside the training list, each once: the files record the same measurement (every
+    shipped policy together), and a policy shipped later records only the sets measured since."""
+    entries: dict[str, dict[str, Any]] = {}  # one per distinct record of a set, in the order first met
+    recorded: dict[str, list[str]] = {}  # file → the sets it records
     for name, p in provenances.items():
-        entries = p["figures"].get("unseen_packages_with_shipped_policies")
-        if entries:
-            groups.setdefault(json.dumps(entries, sort_keys=True), []).append(name)
-    out = ["## Packages outside the training list", ""]
-    for key, names in groups.items():
-        entries = json.loads(key)
-        out += [
-            f"Every shipped policy together ({', '.join(entries[0]['with'])}), C compiled as `optgym-cc` builds it by "
-            "default (`candidates`: how many of the portfolio's candidates each C object was compiled by). "
-            f"Recorded in {', '.join(f'`{n}`' for n in names)}.",
-            "",
-        ]
-        rows = []
-        for e in entries:
-            for row in _language_rows(e["corpus"], e):
-                rows.append([*row[:1], e["measured"][:10], e.get("candidates", "—"), *row[1:]])
-        for language in LANGUAGES:  # pooled: each set's ratio weighted by clang's bytes (.text bytes unrecorded)
-            # C objects are compiled by `candidates` of the portfolio, so C sets pool only with sets built the same
-            # way (a total over 2-candidate and 1-candidate builds is neither build's); a C++ object is one compile.
-            pools: dict[Any, list[dict[str, Any]]] = {}
-            for e in entries:
-                if e.get(language, {}).get("evaluated"):
-                    pools.setdefault(e.get("candidates", "—") if language == "C" else "", []).append(e[language])
-            for candidates, sets in pools.items():
-                rows.append(_pooled_row(f"all {len(sets)} sets", candidates, language, sets))
-        header = [FIGURE_HEADER[0], "measured", "candidates", *FIGURE_HEADER[1:]]
-        out += _table(header, rows)
-        out += ["Packages (Debian bookworm versions are in the files):", ""]
-        out += [f"- {e['corpus']}: {', '.join(sorted(e['packages']))}" for e in entries]
-        out.append("")
+        for entry in p["figures"].get("unseen_packages_with_shipped_policies") or []:
+            entries.setdefault(json.dumps(entry, sort_keys=True), entry)
+            recorded.setdefault(name, []).append(entry["corpus"])
+    if not entries:
+        return []
+    every = {e["corpus"] for e in entries.values()}
+    partial = [f"`{n}` records only {', '.join(sets)}" for n, sets in recorded.items() if set(sets) != every]
+    first = next(iter(entries.values()))
+    out = [
+        "## Packages outside the training list",
+        "",
+        f"Every shipped policy together ({', '.join(first['with'])}), C compiled as `optgym-cc` builds it by "
+        "default (`candidates`: how many of the portfolio's candidates each C object was compiled by). "
+        f"Recorded in {', '.join(f'`{n}`' for n in recorded)}"
+        + (f" ({'; '.join(partial)}: its policy shipped after the others were measured)." if partial else "."),
+        "",
+    ]
+    rows = []
+    for e in entries.values():
+        for row in _language_rows(e["corpus"], e):
+            rows.append([*row[:1], e["measured"][:10], e.get("candidates", "—"), *row[1:]])
+    for language in LANGUAGES:  # pooled: each set's ratio weighted by clang's bytes (.text bytes unrecorded)
+        # C objects are compiled by `candidates` of the portfolio, so C sets pool only with sets built the same
+        # way (a total over 2-candidate and 1-candidate builds is neither build's); a C++ object is one compile.
+        pools: dict[Any, list[dict[str, Any]]] = {}
+        for e in entries.values():
+            if e.get(language, {}).get("evaluated"):
+                pools.setdefault(e.get("candidates", "—") if language == "C" else "", []).append(e[language])
+        for candidates, sets in pools.items():
+            rows.append(_pooled_row(f"all {len(sets)} sets", candidates, language, sets))
+    header = [FIGURE_HEADER[0], "measured", "candidates", *FIGURE_HEADER[1:]]
+    out += _table(header, rows)
+    out += ["Packages (Debian bookworm versions are in the files):", ""]
+    out += [f"- {e['corpus']}: {', '.join(sorted(e['packages']))}" for e in entries.values()]
+    out.append("")
     return out
 
 
