@@ -4,6 +4,7 @@
     .venv/bin/python -m maintainer.ship_pretrained RUN --corpus CORPUS [--problem P] [--train-sample N]
         [--fresh CORPUS] [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --unseen CORPUS [--unseen CORPUS]... [-j N]
+    .venv/bin/python -m maintainer.ship_pretrained --scorers-alone CORPUS [-j N]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to
@@ -30,6 +31,11 @@ the training list (as ``--fresh`` does) and writes the figures into every shippe
 ``unseen_packages_with_shipped_policies`` (one entry per corpus, replacing an entry of the same name) —
 sets of packages built after a policy shipped belong beside it too, and re-shipping would need the
 training runs.
+
+``--scorers-alone`` ships nothing either: on each corpus's C modules it measures each shipped allocator scorer
+alone and the scorers together, with clang's inlining and no portfolio (no second compile can hide a loss), and
+writes the figures, with each configuration's largest package, into each scorer's provenance under
+``unseen_scorers_alone``.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import tempfile
 from pathlib import Path
 
 from optgym.corpus import Corpus
+from optgym.corpus.split import group_of
 from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
 from optgym.policies.embedded import load_embedded
@@ -57,6 +64,8 @@ from optgym_cc.thinlto import LTO_CHANNELS
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
 UNSEEN = "unseen_packages_with_shipped_policies"
+#: Where ``--scorers-alone`` keeps its figures in each allocator scorer's provenance: one entry per corpus.
+ALONE = "unseen_scorers_alone"
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
            "regressed_over_1pct", "heuristic_text_bytes", "policy_text_bytes", "guarded_ratio", "guarded_below_ratio",
            "guarded_below_over_1pct")  # fmt: skip
@@ -127,6 +136,8 @@ def main() -> int:
     parser.add_argument("--fresh", type=Path, help="a corpus of packages outside the training list to measure on")
     unseen_help = "ship nothing: add the shipped policies' figures on this corpus to their provenances"
     parser.add_argument("--unseen", type=Path, action="append", default=[], help=unseen_help)
+    alone_help = "ship nothing: each shipped allocator scorer alone, and together, on this corpus's C modules"
+    parser.add_argument("--scorers-alone", type=Path, action="append", default=[], help=alone_help)
     parser.add_argument(
         "--thinlto",
         action="store_true",
@@ -136,10 +147,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.thinlto and args.problem == "inline-size":
         parser.error("--thinlto ships a register-allocation scorer (--problem regalloc-evict|regalloc-priority)")
-    if args.unseen:
+    if args.unseen or args.scorers_alone:
         if args.run is not None:
-            parser.error("--unseen ships nothing: give no RUN")
-        return add_unseen(args.unseen, args.workers)
+            parser.error("--unseen and --scorers-alone ship nothing: give no RUN")
+        if args.scorers_alone:
+            add_scorers_alone(args.scorers_alone, args.workers)
+        return add_unseen(args.unseen, args.workers) if args.unseen else 0
     if args.run is None or args.corpus is None:
         parser.error("RUN and --corpus are required to ship (or --unseen CORPUS to add figures)")
 
@@ -220,6 +233,57 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
         atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
         print(f"provenance → {path}")
     return 0
+
+
+def add_scorers_alone(corpora: list[Path], workers: int | None) -> int:
+    """``--scorers-alone``: each shipped allocator scorer alone and the scorers together on each corpus's C modules,
+    into each scorer's provenance (an entry of the same corpus is replaced)."""
+    scorers = shipped_scorers()
+    measured = [scorers_alone_figures(path, scorers, workers) for path in corpora]
+    names = {entry["corpus"] for entry in measured}
+    for problem in scorers:
+        path = pretrained_provenance(problem)
+        provenance = json.loads(path.read_text())
+        kept = [e for e in provenance["figures"].get(ALONE, []) if e.get("corpus") not in names]
+        provenance["figures"][ALONE] = kept + measured
+        atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
+        print(f"provenance → {path}")
+    return 0
+
+
+def scorers_alone_figures(path: Path, scorers: list[str], workers: int | None) -> dict:
+    """``scorers`` each alone, then all together, on the C modules of ``path`` (the scorers decide C only), with
+    clang's inlining and no portfolio; per configuration the figures and the package whose bytes grew most."""
+    corpus = Corpus(path)
+    modules = [m.name for m in corpus if m.family == "C"]
+    if not modules:
+        sys.exit(f"{path} has no C modules: the allocator scorers decide C only")
+    configurations = {problem: (problem, []) for problem in scorers}
+    configurations["together"] = (scorers[0], [(p, "pretrained") for p in scorers[1:]])
+    entry: dict = {
+        "corpus": path.resolve().name,
+        "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "scorers": scorers,
+        "packages": {p: v.get("version") for p, v in sorted(corpus.description["optgym"].get("packages", {}).items())},
+    }
+    for label, (problem, companions) in configurations.items():
+        rows = evaluate("pretrained", corpus, problem=problem, modules=modules, workers=workers, progress=True,
+                        companions=companions)  # fmt: skip
+        entry[label] = {**by_language(rows, corpus), "largest_package": largest_package(rows)}
+        print_figures(f"{entry['corpus']}, {label}", entry[label])
+    return entry
+
+
+def largest_package(rows: list) -> dict:
+    """The package whose Berkeley text grew most (its bytes over clang's), of the compiled modules in ``rows``."""
+    sums: dict[str, list[int]] = {}
+    for row in rows:
+        if row.policy_text is not None and row.heuristic_text is not None:
+            pair = sums.setdefault(group_of(row.module, "package"), [0, 0])
+            pair[0], pair[1] = pair[0] + row.policy_text, pair[1] + row.heuristic_text
+    grown = {name: policy / clang for name, (policy, clang) in sums.items() if clang}  # a package of empty objects
+    name = max(grown, key=grown.__getitem__)  # has no ratio
+    return {"package": name, "ratio": grown[name]}
 
 
 def training_packages(run: Path, metadata: dict, corpus: Path) -> dict | None:

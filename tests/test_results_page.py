@@ -263,3 +263,23 @@ def test_each_targets_thinlto_plan_has_its_section():
         assert plan["chosen_by"] in page
         for name, row in plan["figures"]["candidates"].items():
             assert [f"{row['dottext']:.4f}", f"{row['text']:.4f}"] in [cells[1:3] for cells in _rows(page, name)]
+
+
+def test_the_scorers_alone_on_unseen_code_appear_under_each_scorer():
+    """``ship_pretrained --scorers-alone``: each allocator scorer's section shows it alone and the scorers together on
+    each recorded set, from the file, with the package grown most (issue 31's bar: no package > 1 % larger)."""
+    page = results_page()
+    recorded = 0
+    for path in PER_OBJECT:
+        provenance = json.loads(path.read_text())
+        section = page.split(f"### `{provenance['policy']}`", 1)[1].split("\n### ", 1)[0]
+        for entry in provenance["figures"].get("unseen_scorers_alone", []):
+            recorded += 1
+            for key, label in ((provenance["problem"], "this policy alone"), ("together", "the scorers together")):
+                (row,) = _rows(section, f"{entry['corpus']} (outside the training list), {label}")
+                figures = entry[key]["C"]
+                assert row[1:5] == ["C", str(figures["evaluated"]), f"{figures['total_ratio']:.4f}",
+                                    f"{figures['dottext_ratio']:.4f}"]  # fmt: skip
+                largest = entry[key]["largest_package"]
+                assert f"{largest['package']} {largest['ratio']:.4f}" in section
+    assert recorded  # the shipped scorers carry at least one such set

@@ -34,3 +34,44 @@ def test_unseen_figures_go_into_every_shipped_provenance(corpus, tmp_path, monke
         assert [e for e in entries if e is not entry] == before[problem]["figures"].pop(tool.UNSEEN, [])
         assert after == before[problem]  # nothing else of the provenance changed
     assert pretrained_provenance("inline-size").read_bytes() == shipped  # the package's own files untouched
+
+
+def test_scorers_alone_go_into_each_scorer_provenance(corpus, tmp_path, monkeypatch):
+    """``--scorers-alone``: each allocator scorer alone and the scorers together, on the corpus's C modules only,
+    into the scorers' provenances (not the inliner's); measured again, the corpus's entry is replaced."""
+    tool = ship_pretrained
+    copies = {problem: tmp_path / f"{problem}.provenance.json" for problem in PRETRAINED_NAMES}
+    for problem, path in copies.items():
+        shutil.copy(pretrained_provenance(problem), path)
+    before = {problem: json.loads(path.read_text()) for problem, path in copies.items()}
+    monkeypatch.setattr(tool, "pretrained_provenance", lambda problem="inline-size": copies[problem])
+
+    assert tool.add_scorers_alone([corpus.root], workers=1) == 0
+    assert tool.add_scorers_alone([corpus.root], workers=1) == 0
+    scorers = tool.shipped_scorers()
+    c_modules = [m for m in corpus if m.family == "C"]
+    assert scorers == ["regalloc-evict", "regalloc-priority"] and len(c_modules) == 2
+    for problem in scorers:
+        after = json.loads(copies[problem].read_text())
+        (entry,) = [e for e in after["figures"].pop(tool.ALONE) if e["corpus"] == corpus.root.name]
+        assert entry["scorers"] == scorers
+        for configuration in (*scorers, "together"):
+            figures = entry[configuration]
+            assert figures["C"]["evaluated"] == 2 and figures["C++"]["evaluated"] == 0  # C only: the scorers' language
+            largest = figures["largest_package"]
+            assert largest["package"] in {m.name for m in c_modules}  # a module here is its own package
+            assert largest["ratio"] >= figures["C"]["total_ratio"] - 1e-9  # the most of ratios the total averages
+        assert after == before[problem]  # nothing else changed
+    assert json.loads(copies["inline-size"].read_text()) == before["inline-size"]  # the inliner's is not a scorer's
+
+
+def test_the_largest_package_is_the_one_whose_bytes_grew_most():
+    """Sums per package, not a module's ratio: one small module made larger does not make its package the largest."""
+    from optgym.train.evaluation import ModuleRow
+
+    def row(module: str, clang: int, policy: int) -> ModuleRow:
+        return ModuleRow(module, clang, policy, clang, policy, None, policy / clang if clang else None, 1, 1, 0.1, "ok")
+
+    rows = [row("a/small.o", 100, 150), row("a/big.o", 10_000, 9_000), row("b/one.o", 1_000, 1_020),
+            row("c/empty.o", 0, 0)]  # fmt: skip
+    assert ship_pretrained.largest_package(rows) == {"package": "b", "ratio": 1.02}

@@ -166,7 +166,13 @@ def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
         if held:
             out += [f"Held-out packages (never trained on): {held}.", ""]
         rows = [row for key, label in sections.items() if key in figures for row in _language_rows(label, figures[key])]
+        alone = figures.get("unseen_scorers_alone", [])  # maintainer/ship_pretrained.py --scorers-alone
+        for entry in alone:
+            for key, label in ((p["problem"], "this policy alone"), ("together", "the scorers together")):
+                rows += _language_rows(f"{entry['corpus']} (outside the training list), {label}", entry[key])
         out += _table(FIGURE_HEADER, rows)
+        for entry in alone:
+            out += [_largest_packages(entry, p["problem"]), ""]
         fresh = figures.get("fresh_packages_with_shipped_policies", {}).get("packages")
         if fresh:
             out += [f"Fresh packages: {', '.join(sorted(fresh))}.", ""]
@@ -174,6 +180,16 @@ def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
         if training.get("candidates"):
             out += _candidates(training)
     return out
+
+
+def _largest_packages(entry: dict[str, Any], problem: str) -> str:
+    """The line under a ``--scorers-alone`` entry: its packages, and the one grown most alone and together."""
+    grown = []
+    for key, label in ((problem, "alone"), ("together", "together")):
+        largest = entry[key]["largest_package"]
+        grown.append(f"{label}: {largest['package']} {_ratio(largest['ratio'])}")
+    return (f"{entry['corpus']}, with clang's inlining and no portfolio ({', '.join(sorted(entry['packages']))}); "
+            f"the package grown most, its bytes over clang's: {'; '.join(grown)}.")  # fmt: skip
 
 
 def _candidates(training: dict[str, Any]) -> list[str]:
