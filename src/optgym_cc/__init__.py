@@ -36,7 +36,7 @@ clang's, for a second compile's CPU), ``OPTGYM_GUARD_BELOW=N`` (the same only fo
 text, compiled again after the policy's; none by default, 2048 suggested),
 ``OPTGYM_CANDIDATES=N`` (C compiled with the shipped policies: the shipped portfolio's first ``N`` ways, the
 smallest object kept; default: the portfolio's ``default_candidates`` — one for the shipped one, its pass
-options alone; ``3``: those, the shipped allocator scorers with them, and clang's own; ``0``: the policies
+options alone; ``3``: those, the portfolio's allocator scorers with them, and clang's own; ``0``: the policies
 alone), ``OPTGYM_TIMEOUT`` (seconds of compiler time a served compile may take, default 600),
 ``OPTGYM_PORTFOLIO`` (another portfolio file),
 ``OPTGYM_SERVE_LTO=1`` (serve ``-flto`` compile steps too; by default they pass through),
