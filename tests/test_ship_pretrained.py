@@ -53,7 +53,9 @@ def test_scorers_alone_go_into_each_scorer_provenance(corpus, tmp_path, monkeypa
     assert scorers == ["regalloc-evict", "regalloc-priority"] and len(c_modules) == 2
     for problem in scorers:
         after = json.loads(copies[problem].read_text())
-        (entry,) = [e for e in after["figures"].pop(tool.ALONE) if e["corpus"] == corpus.root.name]
+        entries = after["figures"].pop(tool.ALONE)
+        (entry,) = [e for e in entries if e["corpus"] == corpus.root.name]
+        assert [e for e in entries if e is not entry] == before[problem]["figures"].pop(tool.ALONE, [])  # kept
         assert entry["scorers"] == scorers
         for configuration in (*scorers, "together"):
             figures = entry[configuration]
