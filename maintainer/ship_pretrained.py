@@ -224,15 +224,7 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
     measured = [unseen_figures(path, beside, workers) for path in corpora]
     for entry in measured:
         print_figures(f"unseen {entry['corpus']}", entry)
-    names = {entry["corpus"] for entry in measured}
-    for problem in ("inline-size", *beside):
-        path = pretrained_provenance(problem)
-        provenance = json.loads(path.read_text())
-        kept = [e for e in provenance["figures"].get(UNSEEN, []) if e.get("corpus") not in names]
-        provenance["figures"][UNSEEN] = kept + measured
-        atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
-        print(f"provenance → {path}")
-    return 0
+    return record(measured, UNSEEN, ["inline-size", *beside])
 
 
 def add_scorers_alone(corpora: list[Path], workers: int | None) -> int:
@@ -240,12 +232,18 @@ def add_scorers_alone(corpora: list[Path], workers: int | None) -> int:
     into each scorer's provenance (an entry of the same corpus is replaced)."""
     scorers = shipped_scorers()
     measured = [scorers_alone_figures(path, scorers, workers) for path in corpora]
+    return record(measured, ALONE, scorers)
+
+
+def record(measured: list[dict], key: str, problems: list[str]) -> int:
+    """``measured`` (one entry per corpus) into the figures under ``key`` of each of ``problems``' shipped
+    provenances, replacing an entry of the same corpus and keeping the others."""
     names = {entry["corpus"] for entry in measured}
-    for problem in scorers:
+    for problem in problems:
         path = pretrained_provenance(problem)
         provenance = json.loads(path.read_text())
-        kept = [e for e in provenance["figures"].get(ALONE, []) if e.get("corpus") not in names]
-        provenance["figures"][ALONE] = kept + measured
+        kept = [e for e in provenance["figures"].get(key, []) if e.get("corpus") not in names]
+        provenance["figures"][key] = kept + measured
         atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
         print(f"provenance → {path}")
     return 0
