@@ -279,8 +279,9 @@ def largest_package(rows: list) -> dict:
         if row.policy_text is not None and row.heuristic_text is not None:
             pair = sums.setdefault(group_of(row.module, "package"), [0, 0])
             pair[0], pair[1] = pair[0] + row.policy_text, pair[1] + row.heuristic_text
-    grown = {name: policy / clang for name, (policy, clang) in sums.items() if clang}  # a package of empty objects
-    name = max(grown, key=grown.__getitem__)  # has no ratio
+    # a package of empty objects has no ratio
+    grown = {name: policy / clang for name, (policy, clang) in sums.items() if clang}
+    name = max(grown, key=grown.__getitem__)
     return {"package": name, "ratio": grown[name]}
 
 
