@@ -146,12 +146,16 @@ def test_the_backends_run_side_by_side_up_to_the_links_jobs(program):
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        linked = _link(program, "two", "-Wl,--thinlto-jobs=2", OPTGYM_LTO_POLICY="random:3", OPTGYM_STRICT="1")
+        linked = _link(program, "two", "-Wl,--thinlto-jobs=2", OPTGYM_LTO_POLICY="random:3", OPTGYM_STRICT="1",
+                       OPTGYM_VERBOSE="1")  # fmt: skip
     finally:
         done.set()
         watcher.join()
     assert linked.returncode == 0, linked.stderr
-    assert len(seen) == UNITS + 1  # every backend was a clang of the server's
+    # every backend served: the distributor's own count (polling every 5 ms can miss a short backend on a busy
+    # machine), and each one the watcher did see was a clang of the server's
+    assert f"{UNITS + 1} of {UNITS + 1} backends served" in linked.stderr, linked.stderr
+    assert 1 <= len(seen) <= UNITS + 1
     assert most <= 2
     assert _run(program / "two") == _run(program / "plain")
 
