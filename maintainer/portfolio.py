@@ -61,7 +61,7 @@ from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy
 from optgym.policies.portfolio import FORMAT, PASS_OPTIONS, PRETRAINED_PORTFOLIO, Candidate, load_portfolio
 from optgym.policies.scorer import CandidateScorer
-from optgym.train.evaluation import GUARD_BELOW, ModuleRow, evaluate, evaluate_portfolio, summarize
+from optgym.train.evaluation import GUARD_BELOW, ModuleRow, by_package, evaluate, evaluate_portfolio, summarize
 
 SHIPPED = {"regalloc-evict": "pretrained", "regalloc-priority": "pretrained"}
 #: ``--wide``: more options of passes ``-Oz`` runs anyway (thresholds, or one such pass skipped), each checked to
@@ -381,10 +381,7 @@ def measure(args: argparse.Namespace) -> int:
 def print_packages(rows: list[ModuleRow]) -> None:
     """Each package's total (a module's name starts with its package): a set's total can hide one package that
     grows, and issue bars count packages too."""
-    by_package: dict[str, list[ModuleRow]] = {}
-    for row in rows:
-        by_package.setdefault(group_of(row.module, "package"), []).append(row)
-    for package, group in sorted(by_package.items()):
+    for package, group in by_package(rows).items():
         totals = summarize(group)
         print(f"  {package}: {totals['total_ratio']:.4f} of {totals['heuristic_text_bytes']} B, "
               f"{totals['regressed_over_1pct']} of {len(group)} modules > 1 % worse")  # fmt: skip

@@ -50,7 +50,6 @@ import tempfile
 from pathlib import Path
 
 from optgym.corpus import Corpus
-from optgym.corpus.split import group_of
 from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
 from optgym.policies.embedded import load_embedded
@@ -58,7 +57,7 @@ from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
-from optgym.train.evaluation import GUARD_BELOW, evaluate
+from optgym.train.evaluation import GUARD_BELOW, by_package, evaluate, summarize
 from optgym.train.threshold import figures_by_language
 from optgym_cc.thinlto import LTO_CHANNELS
 
@@ -274,13 +273,9 @@ def scorers_alone_figures(path: Path, scorers: list[str], workers: int | None) -
 
 def largest_package(rows: list) -> dict:
     """The package whose Berkeley text grew most (its bytes over clang's), of the compiled modules in ``rows``."""
-    sums: dict[str, list[int]] = {}
-    for row in rows:
-        if row.policy_text is not None and row.heuristic_text is not None:
-            pair = sums.setdefault(group_of(row.module, "package"), [0, 0])
-            pair[0], pair[1] = pair[0] + row.policy_text, pair[1] + row.heuristic_text
     # a package of empty objects has no ratio
-    grown = {name: policy / clang for name, (policy, clang) in sums.items() if clang}
+    ratios = {name: summarize(group)["total_ratio"] for name, group in by_package(rows).items()}
+    grown = {name: ratio for name, ratio in ratios.items() if ratio is not None}
     name = max(grown, key=grown.__getitem__)
     return {"package": name, "ratio": grown[name]}
 

@@ -17,6 +17,7 @@ from typing import Any
 from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
+from optgym.corpus.split import group_of
 from optgym.errors import OptgymError
 from optgym.parallel import TaskFailed, run_tasks
 from optgym.policies import SUGGESTED_GUARD_BELOW, PolicyFactory, resolve_policy
@@ -178,6 +179,15 @@ def _task_failed(task: _Task, failure: TaskFailed) -> ModuleRow:
 #: The bound of the guard ``optgym evaluate`` reports besides the full one: the bound a build asks for
 #: (``OPTGYM_GUARD_BELOW``), so the guarded-below figure is what a build with optgym-cc's defaults gets.
 GUARD_BELOW = SUGGESTED_GUARD_BELOW
+
+
+def by_package(rows: Sequence[ModuleRow]) -> dict[str, list[ModuleRow]]:
+    """``rows`` grouped by package, in name order (a module's name starts with its package): a set's total can hide
+    one package that grows, and the size targets count packages too."""
+    groups: dict[str, list[ModuleRow]] = {}
+    for row in rows:
+        groups.setdefault(group_of(row.module, "package"), []).append(row)
+    return dict(sorted(groups.items()))
 
 
 def summarize(rows: Sequence[ModuleRow]) -> dict[str, Any]:
