@@ -257,12 +257,7 @@ def scorers_alone_figures(path: Path, scorers: list[str], workers: int | None) -
         sys.exit(f"{path} has no C modules: the allocator scorers decide C only")
     configurations = {problem: (problem, []) for problem in scorers}
     configurations["together"] = (scorers[0], [(p, "pretrained") for p in scorers[1:]])
-    entry: dict = {
-        "corpus": path.resolve().name,
-        "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "scorers": scorers,
-        "packages": {p: v.get("version") for p, v in sorted(corpus.description["optgym"].get("packages", {}).items())},
-    }
+    entry: dict = {**set_record(path, corpus), "scorers": scorers}
     for label, (problem, companions) in configurations.items():
         rows = evaluate("pretrained", corpus, problem=problem, modules=modules, workers=workers, progress=True,
                         companions=companions)  # fmt: skip
@@ -310,14 +305,22 @@ def unseen_figures(path: Path, beside: list[str], workers: int | None) -> dict:
     count = load_portfolio().default_count  # optgym-cc's default
     rows = evaluate("pretrained", corpus, workers=workers, progress=True, candidates=count,
                     companions=[(p, "pretrained") for p in beside])  # fmt: skip
+    return {
+        **set_record(path, corpus),
+        "with": ["inline-size", *beside],
+        "candidates": count,  # of the shipped portfolio, for C (optgym-cc's OPTGYM_CANDIDATES)
+        **by_language(rows, corpus),
+    }
+
+
+def set_record(path: Path, corpus: Corpus) -> dict:
+    """What every entry of a set outside the training list starts with: its name, when it was measured, and its
+    packages with their versions."""
     packages = corpus.description["optgym"].get("packages", {})
     return {
         "corpus": path.resolve().name,
         "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "with": ["inline-size", *beside],
-        "candidates": count,  # of the shipped portfolio, for C (optgym-cc's OPTGYM_CANDIDATES)
         "packages": {p: v.get("version") for p, v in sorted(packages.items())},
-        **by_language(rows, corpus),
     }
 
 
