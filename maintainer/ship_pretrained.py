@@ -5,6 +5,7 @@
         [--fresh CORPUS] [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --unseen CORPUS [--unseen CORPUS]... [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --scorers-alone CORPUS [-j N]
+    .venv/bin/python -m maintainer.ship_pretrained --problem P --languages FAMILY[,FAMILY]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
    ``optgym-cc``'s default load, exported as ONNX (``optgym export``): an inliner MLP to
@@ -36,6 +37,11 @@ training runs.
 alone and the scorers together, with clang's inlining and no portfolio (no second compile can hide a loss), and
 writes the figures, with each configuration's largest package, into each scorer's provenance under
 ``unseen_scorers_alone``.
+
+``--languages`` ships nothing new: the shipped policy of ``--problem``, the same network, exported again to decide
+only those language families, where its held-out figures show it deciding the others exactly as clang does (the
+inline rule's C side is ``none``). A family it leaves to clang opens no channel in ``optgym-cc``: the same objects,
+without a round trip per decision.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from pathlib import Path
 from optgym.corpus import Corpus
 from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
-from optgym.policies.embedded import load_embedded
+from optgym.policies.embedded import load_embedded, unpack_policy
 from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
@@ -142,8 +148,12 @@ def main() -> int:
         action="store_true",
         help="ship a scorer as the policy of ThinLTO links' backends (<problem>-thinlto.onnx)",
     )
+    languages_help = "ship nothing new: the shipped policy decides only these families (C, C++), as clang elsewhere"
+    parser.add_argument("--languages", help=languages_help)
     parser.add_argument("-j", "--workers", type=int, default=None)
     args = parser.parse_args()
+    if args.languages:
+        return restrict_languages(args.problem, args.languages.split(","))
     if args.thinlto and args.problem == "inline-size":
         parser.error("--thinlto ships a register-allocation scorer (--problem regalloc-evict|regalloc-priority)")
     if args.unseen or args.scorers_alone:
@@ -214,6 +224,39 @@ def main() -> int:
     for label, table in figures.items():
         print_figures(label, table)
     print(f"provenance → {provenance_path}")
+    return 0
+
+
+def restrict_languages(problem: str, families: list[str]) -> int:
+    """Export the shipped policy of ``problem`` again, deciding only ``families``; refused unless its held-out
+    figures show every other family compiled exactly as clang does (no module changed, the same bytes)."""
+    if not families or set(families) - {"C", "C++"}:
+        sys.exit(f"--languages takes C, C++ or both, not {families}")
+    shipped = pretrained_path(problem)
+    provenance_path = shipped.with_suffix(".provenance.json")
+    provenance = json.loads(provenance_path.read_text())
+    for family in sorted({"C", "C++"} - set(families)):
+        held = provenance["figures"]["heldout"].get(family) or {}
+        if not held.get("evaluated") or held.get("improved") or held.get("regressed") or (
+            held.get("policy_text_bytes") != held.get("heuristic_text_bytes")
+        ):
+            sys.exit(f"{shipped.name} does not decide {family} as clang does on its held-out modules: not restricted")
+    metadata = load_embedded(shipped)
+    if metadata is None:
+        sys.exit(f"{shipped} embeds no optgym policy")
+    with tempfile.TemporaryDirectory(prefix="optgym-ship-") as tmp:
+        policy_dir = unpack_policy(shipped, Path(tmp) / "policy")
+        meta = json.loads((policy_dir / "policy.json").read_text())
+        (policy_dir / "policy.json").write_text(json.dumps(meta | {"languages": families}, indent=2))
+        export_policy(policy_dir, shipped, provenance=metadata.metadata["provenance"])
+    provenance["sha256"] = hashlib.sha256(shipped.read_bytes()).hexdigest()
+    provenance["languages"] = {
+        "decides": families,
+        "command": f"python -m maintainer.ship_pretrained --problem {problem} --languages {','.join(families)}",
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    atomic_write_bytes(provenance_path, json.dumps(provenance, indent=2).encode())
+    print(f"{shipped.name} now decides {', '.join(families)} only; provenance → {provenance_path}")
     return 0
 
 

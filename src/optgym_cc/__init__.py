@@ -520,19 +520,22 @@ def serve_request(
     thinlto: bool = False,
     portfolio: str | None = None,
     link: bool = False,
+    direct: tuple[str, tuple[str, ...]] | None = None,
 ) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
     and wait for its one reply, read to the end of the connection. ``thinlto``: the compile is a ThinLTO
     backend of a link (:mod:`optgym_cc.thinlto`), or with ``link`` the link itself, whose backends run inside
     lld one after another; ``portfolio``: the file of its target's portfolio, for which
-    alone it is sent (:func:`target_portfolio`), so a compile that portfolio does not take is clang's own."""
+    alone it is sent (:func:`target_portfolio`), so a compile that portfolio does not take is clang's own;
+    ``direct``: the plans file and key under which the server records that a C compile is clang's own with
+    pass options (:mod:`optgym_cc.direct`)."""
     import _socket
     import marshal
 
     sock = _connect(policies, clang)
     message: dict[str, object] = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
     message |= ({"thinlto": True} if thinlto else {}) | ({"portfolio": portfolio} if portfolio else {})
-    message |= {"link": True} if link else {}
+    message |= ({"link": True} if link else {}) | ({"direct": direct} if direct else {})
     request = marshal.dumps(message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
     sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
@@ -546,6 +549,25 @@ def serve_request(
     if not isinstance(reply, dict):
         raise OSError("the policy server sent a malformed reply")
     return reply
+
+
+def direct_plan(
+    clang: str, args: list[str], driver: str, policies: list[tuple[str, str]], portfolio: str | None
+) -> tuple[list[str] | None, tuple[str, tuple[str, ...]] | None]:
+    """``(flags, where)`` of a compile: the pass options of a C compile the server has said is clang's own with
+    them, which the launcher runs itself (:mod:`optgym_cc.direct`), else ``None`` and — for a C compile — the
+    plans file and key the server records its plan under. A build's own ``-mllvm`` options always go to the
+    server, which knows which of them clash with a portfolio's."""
+    if not compiles_c(args, driver) or any(arg.startswith("-mllvm") for arg in args):
+        return None, None
+    from optgym_cc import direct
+
+    path = portfolio or os.environ.get("OPTGYM_PORTFOLIO") or os.path.join(PRETRAINED_DIR, PORTFOLIO)
+    if (compile_key := direct.key(path, portfolio is not None)) is None:
+        return None, None
+    plans = direct.plans_file(_cache_root(), _server_socket(policies, clang))
+    flags = direct.plan(plans, compile_key) if direct.timeout() is not None else None
+    return flags, (plans, compile_key)
 
 
 def _main(driver: str, program: str) -> None:
@@ -569,7 +591,13 @@ def _main(driver: str, program: str) -> None:
     policy = " + ".join(spec if problem == CHANNELS[0][0] else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        reply = serve_request(clang, args, policies, portfolio=portfolio)
+        flags, where = direct_plan(clang, args, driver, policies, portfolio)
+        if flags is not None:
+            from optgym_cc import direct
+
+            reply = direct.run(clang, args, flags, _runtime_root())
+        else:
+            reply = serve_request(clang, args, policies, portfolio=portfolio, direct=where)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if reply.get("warning"):

@@ -84,25 +84,20 @@ from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
 from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
 from optgym.toolchain.remarks import driver_record_flags
+from optgym_cc import direct
 from optgym_cc.thinlto import BACKEND_FLAGS, first_error, link_jobs, without_link_jobs
 
 MAX_REQUEST = 1 << 20
 #: At most this many lanes (and so backends side by side) in a served link: each lane holds two descriptors per
 #: channel, and a process may open 1 024 by default
 MAX_LANES = 64
-#: Seconds of compiler time a served compile may take before it is killed and the build gets clang's own compile
-#: (``OPTGYM_TIMEOUT``). A policy can drive clang where its heuristic never goes: ``random`` inlining made
-#: sqlite3's amalgamation, a minute's compile for clang, run for over 19 minutes. Ten minutes is well past any
-#: translation unit of the benches served with a trained policy, and caps what such a compile wastes.
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = direct.DEFAULT_TIMEOUT  # (``OPTGYM_TIMEOUT``): see there
 #: How a served compile may end that is the policy's doing, not the source's: the build gets clang's own
 #: compile instead. A crash counts (clang has no business crashing on a valid answer, but a policy drives it
 #: where its own heuristic never goes); a compile error does not — the source has one, and a plain compile would
 #: only print it twice.
 FALLBACK_STATUSES = frozenset(["crash", "timeout", "protocol_error", "aborted"])
-#: Added to every compile the server runs under a policy: a crash leaves no reproducer (a ``.c`` and a ``.sh``
-#: in the temporary directory) behind; the build falls back to a plain compile instead.
-NO_CRASH_FILES = "-fno-crash-diagnostics"
+NO_CRASH_FILES = direct.NO_CRASH_FILES  # no crash reproducers in the build's temporary directory
 
 
 def _fits(policy: Policy, header: Header, compiler_version: str) -> str | None:
@@ -213,15 +208,9 @@ def candidate_count(env: dict[str, str]) -> int | None:
 def compile_timeout(env: dict[str, str], default: float = DEFAULT_TIMEOUT) -> float:
     """The bound on a served compile's compiler time: ``OPTGYM_TIMEOUT`` seconds, else ``default``. A value that
     is not a positive number is an error the build is told about (and the compile is clang's own)."""
-    value = env.get("OPTGYM_TIMEOUT", "").strip()
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"OPTGYM_TIMEOUT={value!r} is not a positive number of seconds")
+    seconds = direct.timeout(env, default)
+    if seconds is None:
+        raise ValueError(f"OPTGYM_TIMEOUT={env['OPTGYM_TIMEOUT'].strip()!r} is not a positive number of seconds")
     return seconds
 
 
@@ -270,8 +259,9 @@ class Server:
             raise found[0]
         self.toolchain = found[0]
         self.policy_spec = policy_spec
-        self.portfolios: dict[str, Portfolio] = {}  # by path: read at the first compile that uses one
+        self.portfolios: dict[tuple[str, int, int, int], Portfolio] = {}  # by file version, read at its first compile
         self.candidate_policies: dict[tuple[str, str], Served] = {}  # loaded at a candidate's first compile
+        self.remembered: set[tuple[str, tuple[str, ...]]] = set()  # plans recorded (_remember_direct)
         self.active = 0
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
@@ -332,6 +322,7 @@ class Server:
         language = driver_language(argv)
         served = self.deciding(language)
         if not served:  # every policy leaves this language to clang: the launcher compiles plainly
+            self._remember_direct(request.get("direct"), ())
             return _plain(fds)
         try:
             below = None if backend else guard_below(env, DEFAULT_GUARD_BELOW)  # every served compile: see the bound
@@ -340,10 +331,13 @@ class Server:
         except (ValueError, OptgymError) as e:
             return _plain(fds, str(e))
         if not candidates and request.get("portfolio"):  # sent for its target's portfolio, which does not take it
+            self._remember_direct(request.get("direct"), ())
             return _plain(fds)
         flags: tuple[str, ...] = ()
         if candidates and not candidates[0].clashes_with(argv):  # the portfolio's first way is this compile
             flags, served = candidates[0].flags, self._policies_of(candidates[0], build, language)
+            if len(candidates) == 1 and not served and below is None and env.get("OPTGYM_GUARD") != "1":
+                self._remember_direct(request.get("direct"), flags)
         # clang's diagnostics wait in a file until the compile is judged: those of a compile that falls back
         # are not the build's (the plain compile prints its own), so a fallback is one warning line
         diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
@@ -423,6 +417,18 @@ class Server:
             os.close(stdout_fd)
             os.close(stderr_fd)
 
+    def _remember_direct(self, where: Any, flags: tuple[str, ...]) -> None:
+        """Tell later launchers that the C compile of ``where`` (the launcher's plans file and key) is clang's own
+        with ``flags``, so they run it themselves (:mod:`optgym_cc.direct`): no channel, no guard, no other
+        candidate. Once per key and server."""
+        if not (isinstance(where, tuple) and len(where) == 2 and isinstance(where[1], tuple)):
+            return
+        with self.lock:
+            if where in self.remembered:
+                return
+            self.remembered.add(where)
+        direct.remember(str(where[0]), where[1], tuple(flags))
+
     def _candidates(
         self, language: str, build: Sequence[tuple[str, str]], env: dict[str, str], target: str | None = None
     ) -> tuple[Candidate, ...]:
@@ -434,10 +440,15 @@ class Server:
         if count == 0:
             return ()
         path = target or env.get("OPTGYM_PORTFOLIO") or str(PRETRAINED_PORTFOLIO)
-        portfolio = self.portfolios.get(path)
+        try:  # the file as it is now: a portfolio edited while the server idles is read again
+            st = os.stat(path)
+            version = (path, st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            version = (path, 0, 0, 0)  # load_portfolio says why
+        portfolio = self.portfolios.get(version)
         if portfolio is None:
             try:
-                portfolio = self.portfolios[path] = load_portfolio(path)
+                portfolio = self.portfolios[version] = load_portfolio(path)
             except PortfolioError as e:  # read again by the next compile: the build may mend it
                 raise OptgymError(f"{e} (OPTGYM_CANDIDATES=0 compiles without a portfolio)") from e
         if family(language) != portfolio.family or not portfolio.applies_to(build):

@@ -221,7 +221,9 @@ def threshold_policy(features: Sequence[str], *, cxx: Candidate, c: Candidate) -
                 b0[unit] -= GATE
             w1[unit, 1] = direction * sign
     source = {"algorithm": "threshold", "up": {"C++": _label(shifts["cxx"]), "C": _label(shifts["c"])}}
-    return MLPPolicy([(w0, b0), (w1, b1)], vocab, activation="relu", extras=extras, source=source)
+    # a language left as clang decides is not the policy's to decide: served, its channel is not even opened
+    languages = [family for family, key in (("C", "c"), ("C++", "cxx")) if shifts[key] is not None] or None
+    return MLPPolicy([(w0, b0), (w1, b1)], vocab, activation="relu", extras=extras, source=source, languages=languages)
 
 
 def train_threshold(cfg: ThresholdConfig, *, say: Callable[[str], Any] = print) -> dict[str, Any]:
