@@ -141,6 +141,9 @@ def test_a_crash_or_a_timeout_of_the_launchers_compile_falls_back_with_one_warni
     subprocess.run([CLANG, "-Oz", "-c", "a.c", "-o", "clang.o"], cwd=tmp_path, check=True)
     assert (tmp_path / "direct.o").read_bytes() == (tmp_path / "clang.o").read_bytes()
     assert list(scratch.iterdir()) == [] and not runtime_leftovers()
+    # no half-written object of the stopped compile (clang's a-XXXXXXXX.o.tmp) beside the build's
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.c", "clang.o", "direct.o", "portfolio.json", "served.o",
+                                                          "tmp"]  # fmt: skip
     assert not [c for c in live_children() if "clang" in " ".join(c.cmdline())]
 
 
@@ -161,6 +164,7 @@ def test_a_build_stopped_mid_compile_takes_the_launchers_clang_with_it(tmp_path)
     psutil.wait_procs(clangs, timeout=10)
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in clangs)
     assert not runtime_leftovers()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.c", "a.o", "portfolio.json"]  # the first build's a.o
 
 
 def test_the_launcher_calls_a_crash_what_the_server_calls_one():

@@ -423,11 +423,10 @@ class Server:
         candidate. Once per key and server."""
         if not (isinstance(where, tuple) and len(where) == 2 and isinstance(where[1], tuple)):
             return
-        with self.lock:
-            if where in self.remembered:
-                return
-            self.remembered.add(where)
-        direct.remember(str(where[0]), where[1], tuple(flags))
+        with self.lock:  # held while the file is rewritten: two threads' plans both reach it
+            if where not in self.remembered:
+                self.remembered.add(where)
+                direct.remember(str(where[0]), where[1], tuple(flags))
 
     def _candidates(
         self, language: str, build: Sequence[tuple[str, str]], env: dict[str, str], target: str | None = None
