@@ -4,6 +4,7 @@
     .venv/bin/python -m research.draw_set pool -o POOL.json
     .venv/bin/python -m research.draw_set check POOL.json --seed N --want 5 -o DIR [--skip NAME ...]
     .venv/bin/python -m research.draw_set check POOL.json --seed N --want 5 -o DIR --corpus   # a per-object C set
+    .venv/bin/python -m research.draw_set check POOL.json --seed N -o DIR --corpus --language C++
     .venv/bin/python -m research.draw_set check POOL.json --seed N -o DIR --corpus --target aarch64-linux-gnu
 
 Why: hand-named sets decide their own totals (lto4–lto6 in docs/experiments), so an unseen set is drawn instead.
@@ -143,14 +144,14 @@ def check_one(name: str, work: Path, minutes: int) -> str:
     return "taken" if tests["status"] == "passed" else f"tests: {tests['status']}"
 
 
-#: ``check --corpus``: the C modules a package's corpus build must give for it to be taken
-MIN_C_MODULES = 5
+#: ``check --corpus``: the modules of the set's language a package's corpus build must give for it to be taken
+MIN_MODULES = 5
 
 
-def c_modules(name: str, work: Path, target: Sequence[str] = ()) -> str:
-    """``taken`` when ``optgym corpus debian NAME`` (clang-22 alone, no policy) gives at least
-    :data:`MIN_C_MODULES` C modules, else why not: for a per-object C set (c14), whose packages need no test suite.
-    ``target``: the corpus build's ``--target`` and ``--target-flag`` options, for a set of another target's code."""
+def language_modules(name: str, work: Path, target: Sequence[str] = (), language: str = "C") -> str:
+    """``taken`` when ``optgym corpus debian NAME`` (clang-22 alone, no policy) gives at least :data:`MIN_MODULES`
+    modules of ``language`` (C, or C++), else why not: for a per-object set (c14), whose packages need no test
+    suite. ``target``: the corpus build's ``--target`` and ``--target-flag`` options, for another target's code."""
     from optgym.corpus import Corpus
 
     corpus = work / name
@@ -160,10 +161,10 @@ def c_modules(name: str, work: Path, target: Sequence[str] = ()) -> str:
     subprocess.run([str(optgym), "corpus", "debian", name, "--build-deps", "-o", str(corpus), "-j", "2", *target],
                    capture_output=True)  # fmt: skip
     try:
-        count = sum(m.family == "C" for m in Corpus(corpus))
+        count = sum(m.family == language for m in Corpus(corpus))
     except Exception as e:  # no corpus at all: nothing fetched or built
         return f"no corpus: {type(e).__name__}"
-    return "taken" if count >= MIN_C_MODULES else f"{count} C modules"
+    return "taken" if count >= MIN_MODULES else f"{count} {language} modules"
 
 
 def check(
@@ -175,6 +176,7 @@ def check(
     minutes: int,
     corpus: bool = False,
     target: Sequence[str] = (),
+    language: str = "C",
 ) -> None:
     names = json.loads(pool_path.read_text())
     random.Random(seed).shuffle(names)
@@ -188,7 +190,8 @@ def check(
             break
         if name in decided or name in skip:
             continue
-        outcome = c_modules(name, out / "work", target) if corpus else check_one(name, out / "work", minutes)
+        work = out / "work"
+        outcome = language_modules(name, work, target, language) if corpus else check_one(name, work, minutes)
         draws.append({"name": name, "outcome": outcome})
         record_path.write_text(json.dumps({"seed": seed, "draws": draws}, indent=1) + "\n")
         print(name, outcome, flush=True)
@@ -214,7 +217,8 @@ def main() -> None:
     c.add_argument("--want", type=int, default=5)
     c.add_argument("--skip", action="append", default=[], help="a name the rule's corrections exclude")
     c.add_argument("--minutes", type=int, default=20)
-    c.add_argument("--corpus", action="store_true", help="take packages by their C modules (a per-object set)")
+    c.add_argument("--corpus", action="store_true", help="take packages by their modules (a per-object set)")
+    c.add_argument("--language", default="C", choices=("C", "C++"), help="with --corpus: the set's language")
     c.add_argument("--target", help="with --corpus: build for this target (aarch64-linux-gnu, thumbv7em-none-eabi)")
     c.add_argument("--target-flag", action="append", default=[], help="with --target: a flag of its compiles")
     c.add_argument("-o", "--output", type=Path, required=True)
@@ -226,7 +230,7 @@ def main() -> None:
             parser.error("--target needs --corpus: a ThinLTO set is built for this machine")
         target = ["--target", args.target] if args.target else []
         target += [f"--target-flag={flag}" for flag in args.target_flag]
-        check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes, args.corpus, target)
+        check(args.pool, args.seed, args.want, args.output, args.skip, args.minutes, args.corpus, target, args.language)
 
 
 if __name__ == "__main__":
