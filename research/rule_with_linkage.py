@@ -48,19 +48,30 @@ def compile_both(task: Task) -> dict:
             "rule": int(plain.metrics["text_bytes"]), "withdrawn": int(gated.metrics["text_bytes"])}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sample_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a research script that compiles a policy on a sample of a corpus's modules."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--split", default=None)
     parser.add_argument("--language", default="C++")
     parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--policy", default="pretrained")
-    parser.add_argument("--rows", type=Path, default=None, help="write each module's row here (CSV)")
     parser.add_argument("-j", "--workers", type=int, default=2)
-    args = parser.parse_args()
+    return parser
+
+
+def sample_tasks(args: argparse.Namespace) -> list[Task]:
+    """One task per module of the sample ``args`` name (``--every K`` as ``optgym evaluate`` chooses)."""
     corpus = Corpus(args.corpus, split=args.split)
     chosen = set(every_kth((m.name for m in of_language(corpus, args.language)), args.every))
-    tasks = [Task(m, args.policy) for m in corpus if m.name in chosen]
+    return [Task(m, args.policy) for m in corpus if m.name in chosen]
+
+
+def main() -> None:
+    parser = sample_parser(__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=Path, default=None, help="write each module's row here (CSV)")
+    args = parser.parse_args()
+    tasks = sample_tasks(args)
     rows = [r for _, r in run_tasks(compile_both, tasks, workers=args.workers, progress=True)]
     ok = report(rows, ("rule", "withdrawn"))
     print(f"failed {len(rows) - len(ok)}")

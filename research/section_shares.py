@@ -12,20 +12,17 @@ saving (or loss) comes from says which inputs a learned inliner would need.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from optgym.corpus import Corpus, Module
 from optgym.parallel import run_tasks
 from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.sizes import SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, _sections
-from optgym.train.run import every_kth, of_language
+from research.rule_with_linkage import Task, sample_parser, sample_tasks
 
 KINDS = (".text", ".rodata", ".eh_frame", ".gcc_except_table", "other")
 
@@ -47,12 +44,6 @@ def text_by_kind(data: bytes) -> Counter:
     return out
 
 
-@dataclass(frozen=True)
-class Task:
-    module: Module
-    policy: str
-
-
 def compile_both(task: Task) -> dict:
     """clang's object and the policy's, each split by kind."""
     problem, toolchain = get_problem("inline-size"), find_toolchain()
@@ -69,17 +60,8 @@ def compile_both(task: Task) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", required=True)
-    parser.add_argument("--split", default=None)
-    parser.add_argument("--language", default="C++")
-    parser.add_argument("--every", type=int, default=1)
-    parser.add_argument("--policy", default="pretrained")
-    parser.add_argument("-j", "--workers", type=int, default=2)
-    args = parser.parse_args()
-    by_name = {m.name: m for m in of_language(Corpus(args.corpus, split=args.split), args.language)}
-    modules = [by_name[name] for name in every_kth(by_name, args.every)]
-    rows = run_tasks(compile_both, [Task(m, args.policy) for m in modules], workers=args.workers)
+    args = sample_parser(__doc__.splitlines()[0]).parse_args()
+    rows = [r for _, r in run_tasks(compile_both, sample_tasks(args), workers=args.workers, progress=True)]
     ok = [r for r in rows if r["status"] == "ok"]
     clang = sum((r["clang"] for r in ok), Counter())
     policy = sum((r["policy"] for r in ok), Counter())
