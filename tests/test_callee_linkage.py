@@ -232,3 +232,57 @@ def test_ppo_trains_an_allowance_grown_with_callee_survives(linkage_corpus, tmp_
     train_sb3(cfg, say=lambda s: None)
     final = MLPPolicy.load(run / "final" / "policy")
     assert final.extras[-1] == "callee_survives" and final.reads_callee_linkage
+
+
+def test_deletes_is_few_users_and_a_callee_that_goes_batched_singly_and_exported(tmp_path):
+    """``deletes:K`` is 1 exactly where ``callee_users ≤ K`` and ``callee_survives`` is 0: the same in a batch, in
+    one served decision, and in the exported graph on onnxruntime; and it reads the linkage (a loop learns it)."""
+    from optgym.policies.export import export_policy
+    from optgym.policies.exported import OnnxPolicy
+
+    policy = allowance_policy([*DEFAULT_GATES, "deletes:2"])
+    assert policy.reads_callee_linkage
+    policy.weights[0][0][-1, 1] = 3.0  # a large allowance only where the gate holds
+    policy._prune()
+    rng = np.random.default_rng(2)
+    raw = rng.integers(0, 6, size=(400, len(policy.feature_names))).astype(np.float64)
+    raw[:, policy.feature_names.index("cost_estimate")] = rng.integers(0, 300, size=400)  # a margin to move
+    heuristic, survives = np.zeros(400, np.int64), rng.integers(0, 2, size=400)
+    users = raw[:, policy.feature_names.index("callee_users")]
+    gate = policy.inputs(raw, heuristic, 1, survives)[:, -1]
+    assert np.array_equal(gate, ((users <= 2) & (survives == 0)).astype(np.float64)) and 0 < gate.sum() < 400
+    single = [policy.inputs.extras_of_one(raw[i], 0, 1, int(survives[i]))[-1] for i in range(400)]
+    assert np.array_equal(np.array(single), gate)
+    trained = policy.logits(raw, heuristic, 1, survives).argmax(-1)
+    assert trained[gate == 0].sum() < trained[gate == 1].sum()  # the allowance lives behind the gate
+    policy.save(tmp_path / "deletes")
+    export_policy(tmp_path / "deletes", tmp_path / "deletes.onnx")
+    served = OnnxPolicy.load(tmp_path / "deletes.onnx")
+    assert served.reads_callee_linkage and np.array_equal(served.actions(raw, heuristic, 1, survives), trained)
+    with pytest.raises(VocabError, match="deletes:K"):
+        allowance_policy([*DEFAULT_GATES, "deletes:two"])
+
+
+def test_a_deletes_allowance_inlines_only_callees_that_go(linkage_module, toolchain):
+    """On a real compile: past clang, the ``deletes`` allowance adds inlines only of callees the first compile saw
+    go, where the same allowance on ``at_most:callee_users`` alone adds some of callees that stay too."""
+    problem = get_problem("inline-size")
+    runs = {}
+    for gate in ("deletes:1000", "at_most:callee_users:1000"):
+        policy = allowance_policy([*DEFAULT_GATES, gate])
+        policy.weights[0][0][-1, 1] = 2.0
+        policy._prune()
+        recorder = SurvivesRecorder()
+
+        def decide(point: DecisionPoint, policy: MLPPolicy = policy, recorder: SurvivesRecorder = recorder) -> int:
+            recorder(point)  # what the first compile said of this call site's callee
+            answer = policy(point)
+            return int(answer[0] if isinstance(answer, tuple) else answer)
+
+        decide.reads_callee_linkage = True  # type: ignore[attr-defined]
+        run = rollout(problem, linkage_module, toolchain, decide)
+        assert run.result.ok
+        extra = (run.trajectory.actions == 1) & (run.trajectory.heuristic == 0)
+        runs[gate] = [s for s, e in zip(recorder.seen, extra, strict=True) if e]
+    assert runs["deletes:1000"] and not any(runs["deletes:1000"])  # extra inlines, none of a callee that stays
+    assert any(runs["at_most:callee_users:1000"])

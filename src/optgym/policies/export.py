@@ -319,6 +319,15 @@ def _derived_input_nodes(policy: MLPPolicy, consts: dict[str, np.ndarray]) -> tu
             nodes += [node("Greater", [source, "zero"], [f"{col}_bool"]),
                       node("Cast", [f"{col}_bool"], [f"{col}_flat"], to=TensorProto.DOUBLE),
                       node("Unsqueeze", [f"{col}_flat", "axes1"], [col])]  # fmt: skip
+        elif kind == "deletes":  # (users ≤ K) and not (survives > 0), as 0.0 / 1.0
+            consts[f"{col}_a"], consts[f"{col}_k"] = np.array([a], np.int64), np.array(float(b), np.float64)
+            nodes += [node("Gather", [INPUT, f"{col}_a"], [f"{col}_va"], axis=1),
+                      node("LessOrEqual", [f"{col}_va", f"{col}_k"], [f"{col}_few"]),
+                      node("Greater", [SURVIVES, "zero"], [f"{col}_stays_flat"]),
+                      node("Unsqueeze", [f"{col}_stays_flat", "axes1"], [f"{col}_stays"]),
+                      node("Not", [f"{col}_stays"], [f"{col}_goes"]),
+                      node("And", [f"{col}_few", f"{col}_goes"], [f"{col}_bool"]),
+                      node("Cast", [f"{col}_bool"], [col], to=TensorProto.DOUBLE)]  # fmt: skip
         elif kind in ("at_most", "at_least"):  # (A ≤ K) or (A ≥ K) as 0.0 / 1.0
             consts[f"{col}_a"], consts[f"{col}_k"] = np.array([a], np.int64), np.array(float(b), np.float64)
             compare = "LessOrEqual" if kind == "at_most" else "GreaterOrEqual"

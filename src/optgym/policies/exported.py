@@ -16,6 +16,7 @@ import numpy as np
 
 from optgym.policies.mlp import PolicyFileError
 from optgym.policies.scorer import LOG_LINEAR_FORM, RESIDUAL_FORM
+from optgym.problems.inputs import reads_linkage
 from optgym.problems.normalize import Vocab, VocabError
 from optgym.rollout.rollout import DecisionPoint
 from optgym.toolchain.language import is_cxx
@@ -93,7 +94,7 @@ class OnnxPolicy:
         self._features: list[str] = list(metadata["features"])
         self._needs_heuristic = "heuristic" in (metadata.get("extras") or [])
         self._needs_language = "cxx" in (metadata.get("extras") or [])
-        self.reads_callee_linkage = SURVIVES in (metadata.get("extras") or [])
+        self.reads_callee_linkage = reads_linkage(metadata.get("extras") or [])
         self.languages: list[str] | None = metadata.get("languages")  # the families it decides; None: all
         self.greedy = True
         self.rng = np.random.default_rng()

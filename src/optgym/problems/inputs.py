@@ -22,6 +22,11 @@ Derived inputs are named, and the names are stored with the policy:
   ``external`` function of this translation unit), as a first compile of the module learned it
   (:mod:`optgym.rollout.linkage`): inlining such a callee is pure growth, where inlining a ``linkonce_odr``
   one can delete its last copy. clang never sends linkage; the loop that asks the policy supplies it;
+* ``deletes:K`` — ``1`` where the callee has at most ``K`` users and does not survive (``callee_survives`` is
+  ``0``): a call site whose inlining, with the callee's few other uses, deletes the body and its frame record.
+  Half of what the shipped C++ rule saves per object is ``.eh_frame``, the records of functions that go
+  (docs/experiments/2026-11-29-where-the-bytes-go.md). A conjunction, because a sum of the two gates' weights
+  cannot give the callees that stay nothing while giving the others much;
 * ``at_most:A:K`` — ``1`` where raw feature ``A`` is at most the integer ``K`` (a gate: the shipped policy
   moves clang's threshold only for callees with few users, ``at_most:callee_users:2``);
 * ``at_least:A:K`` — ``1`` where raw feature ``A`` is at least ``K`` (a gate on the module's size, say:
@@ -36,7 +41,7 @@ They follow the normalized features, in the order named: inputs ``[features × 4
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +56,11 @@ GIVEN = (HEURISTIC_INPUT, CXX_INPUT, SURVIVES_INPUT)
 MARGIN_PREFIX = "margin:"
 AT_MOST_PREFIX = "at_most:"
 AT_LEAST_PREFIX = "at_least:"
+DELETES_PREFIX = "deletes:"
+#: The raw feature a ``deletes:K`` input bounds.
+USERS_FEATURE = "callee_users"
+#: The kinds of derived input that read the callee's linkage: a loop asking such a policy learns it first.
+READS_LINKAGE = (SURVIVES_INPUT, "deletes")
 #: The bound gates: kind → whether raw value ``v`` passes bound ``k``.
 BOUNDS = {"at_most": lambda v, k: v <= k, "at_least": lambda v, k: v >= k}
 MARGIN_SCALE = 8.0
@@ -75,6 +85,12 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
             except ValueError:
                 raise VocabError(f"derived input {extra!r}: the bound must be an integer") from None
             continue
+        if extra.startswith(DELETES_PREFIX) and extra.count(":") == 1:
+            bound = extra[len(DELETES_PREFIX) :]
+            if USERS_FEATURE not in names or not bound.isdigit():
+                raise VocabError(f"derived input {extra!r}: deletes:K takes an integer K and needs {USERS_FEATURE!r}")
+            parsed.append(("deletes", list(names).index(USERS_FEATURE), int(bound)))
+            continue
         if extra.startswith(MARGIN_PREFIX) and "-" in extra[len(MARGIN_PREFIX) :]:
             a, b = extra[len(MARGIN_PREFIX) :].split("-", 1)
             missing = [f for f in (a, b) if f not in names]
@@ -83,11 +99,16 @@ def parse_extras(extras: Sequence[str], names: Sequence[str]) -> list[tuple[str,
             parsed.append(("margin", list(names).index(a), list(names).index(b)))
             continue
         raise VocabError(
-            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'callee_survives', 'at_most:A:K', 'at_least:A:K' "
-            "or 'margin:A-B' "
+            f"unknown derived input {extra!r}: 'heuristic', 'cxx', 'callee_survives', 'deletes:K', 'at_most:A:K', "
+            "'at_least:A:K' or 'margin:A-B' "
             "(A, B feature names)"
         )
     return parsed
+
+
+def reads_linkage(kinds: Iterable[str]) -> bool:
+    """Whether derived inputs of these kinds (or names) read the callee's linkage, which the loop must learn."""
+    return any(kind in READS_LINKAGE or kind.startswith(DELETES_PREFIX) for kind in kinds)
 
 
 def margin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -118,7 +139,7 @@ class PolicyInputs:
         self.parsed = parse_extras(self.extras, self.normalizer.names)
         self.width = self.normalizer.width + len(self.extras)
         #: Whether ``callee_survives`` is read: asked at every decision a policy makes, so computed once here.
-        self.needs_linkage = any(kind == SURVIVES_INPUT for kind, _, _ in self.parsed)
+        self.needs_linkage = reads_linkage(kind for kind, _, _ in self.parsed)
 
     @property
     def needs_heuristic(self) -> bool:
@@ -149,6 +170,9 @@ class PolicyInputs:
                 columns.append(np.broadcast_to(flag.astype(np.float64), raw.shape[:-1]))
             elif kind in BOUNDS:
                 columns.append(BOUNDS[kind](raw[..., a], b).astype(np.float64))
+            elif kind == "deletes":
+                stays = np.asarray(_given(SURVIVES_INPUT, heuristic, cxx, survives), dtype=np.float64) > 0
+                columns.append(((raw[..., a] <= b) & ~stays).astype(np.float64))
             else:
                 columns.append(margin(raw[..., a], raw[..., b]))
         out = np.concatenate([normalized, np.stack(columns, axis=-1)], axis=-1)
@@ -176,6 +200,8 @@ class PolicyInputs:
                 out.append(1.0 if _given(kind, heuristic, cxx, survives) > 0 else 0.0)
             elif kind in BOUNDS:
                 out.append(1.0 if BOUNDS[kind](values[a], b) else 0.0)
+            elif kind == "deletes":
+                out.append(1.0 if values[a] <= b and not _given(SURVIVES_INPUT, heuristic, cxx, survives) > 0 else 0.0)
             else:
                 d = values[a] - values[b]
                 out.append(math.copysign(float(np.log(np.float64(abs(d) + 1.0))), d) / MARGIN_SCALE if d else 0.0)
@@ -191,4 +217,5 @@ __all__ = [
     "PolicyInputs",
     "margin",
     "parse_extras",
+    "reads_linkage",
 ]

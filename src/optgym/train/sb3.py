@@ -59,7 +59,7 @@ from optgym.corpus.cache import ResultCache
 from optgym.corpus.split import apply_split
 from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot, policy_dir_of
-from optgym.problems.inputs import SURVIVES_INPUT
+from optgym.problems.inputs import reads_linkage
 from optgym.problems.normalize import Vocab
 from optgym.train.run import (
     ProgressCSV,
@@ -169,7 +169,7 @@ def make_env(cfg: dict[str, Any], rank: int) -> gym.Env:
     corpus = Corpus(cfg["corpus"], split=cfg.get("split"))
     validating = set(cfg.get("held_back", ()))  # the validation packages: no episode trains on them
     modules = [m.name for m in of_language(corpus, cfg.get("language")) if m.name not in validating]
-    linkage = SURVIVES_INPUT in (cfg.get("extras") or ())  # the env learns each module's callee linkage first
+    linkage = reads_linkage(cfg.get("extras") or ())  # the env learns each module's callee linkage first
     env: gym.Env = optgym.make(cfg.get("problem", "inline-size"), corpus=corpus, on_error="skip",
                                timeout=cfg["timeout"], modules=modules, callee_linkage=linkage)  # fmt: skip
     if cfg.get("optimal_decision"):
