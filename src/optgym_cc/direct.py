@@ -131,7 +131,11 @@ def run(clang: str, args: list[str], flags: list[str], scratch: str) -> dict:
     diagnostics = os.open(scratch, os.O_TMPFILE | os.O_RDWR, 0o600)
     colour = ["-fcolor-diagnostics"] if os.isatty(2) else []  # the build's terminal, not the file's
     argv = [clang, *colour, *args, NO_CRASH_FILES, *flags]
-    pid = os.posix_spawn(clang, argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, diagnostics, 2)])
+    # the signals wait until the handlers know clang's pid: one between the spawn and the handlers would end the
+    # launcher and leave clang running (the child starts with none blocked)
+    watched = {_signal.SIGALRM, _signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP}
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)
+    pid = os.posix_spawn(clang, argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, diagnostics, 2)], setsigmask=())
     stopped: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -143,9 +147,10 @@ def run(clang: str, args: list[str], flags: list[str], scratch: str) -> dict:
         if signum == _signal.SIGALRM and not late:
             _signal.setitimer(_signal.ITIMER_REAL, KILL_GRACE)
 
-    for signum in (_signal.SIGALRM, _signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+    for signum in watched:
         _signal.signal(signum, stop)
     _signal.setitimer(_signal.ITIMER_REAL, seconds)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, watched)
     status = os.waitpid(pid, 0)[1]  # retried after each handler (PEP 475): clang is gone when it returns
     _signal.setitimer(_signal.ITIMER_REAL, 0)
     returncode = os.waitstatus_to_exitcode(status)
