@@ -21,7 +21,7 @@ from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.toolchain import find_toolchain
-from optgym.toolchain.sizes import SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, _sections
+from optgym.toolchain.sizes import text_sections
 from research.rule_with_linkage import Task, sample_parser, sample_tasks
 
 KINDS = (".text", ".rodata", ".eh_frame", ".gcc_except_table", "other")
@@ -36,11 +36,10 @@ def kind(name: str) -> str:
 
 
 def text_by_kind(data: bytes) -> Counter:
-    """Berkeley ``text`` bytes of one object, by section kind (``object_sizes``'s rule for what counts)."""
+    """Berkeley ``text`` bytes of one object, by section kind."""
     out: Counter = Counter()
-    for name, _type, flags, size in _sections(data):
-        if flags & SHF_ALLOC and (flags & SHF_EXECINSTR or not flags & SHF_WRITE):
-            out[kind(name)] += size
+    for name, size in text_sections(data):
+        out[kind(name)] += size
     return out
 
 

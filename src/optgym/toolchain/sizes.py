@@ -76,11 +76,21 @@ def _sections(data: bytes) -> list[tuple[str, int, int, int]]:
     return result
 
 
+def text_sections(data: bytes) -> list[tuple[str, int]]:
+    """``(name, size)`` of every section of an object that Berkeley ``text`` counts: allocated, and code or
+    read-only (``.text*``, ``.rodata*``, ``.eh_frame``, ``.gcc_except_table*``…)."""
+    return [(name, size) for name, _, flags, size in _sections(data) if _in_text(flags)]
+
+
+def _in_text(flags: int) -> bool:
+    return bool(flags & SHF_ALLOC and (flags & SHF_EXECINSTR or not flags & SHF_WRITE))
+
+
 def object_sizes(obj: str | Path | bytes) -> ObjectSizes:
     """Berkeley ``text`` and ``data``, and the ``.text*`` total, of one object (a path, or the object's bytes)."""
     text = dottext = data = 0
     for name, section_type, flags, size in _sections(obj if isinstance(obj, bytes) else Path(obj).read_bytes()):
-        if flags & SHF_ALLOC and (flags & SHF_EXECINSTR or not flags & SHF_WRITE):
+        if _in_text(flags):
             text += size
         elif flags & SHF_ALLOC and section_type != SHT_NOBITS:
             data += size
