@@ -466,7 +466,7 @@ def _spawn_server(path: str, policies: list[tuple[str, str]], lock_fd: int) -> i
             os.set_inheritable(lock_fd, False)
 
 
-def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
+def _connect(policies: list[tuple[str, str]], clang: str, path: str | None = None):  # -> _socket.socket
     """A connection to these policies' server, starting the server if none is listening.
 
     Exactly one server starts, however many compiles of a parallel build arrive at once: the one
@@ -476,7 +476,7 @@ def _connect(policies: list[tuple[str, str]], clang: str):  # -> _socket.socket
     """
     import _socket
 
-    path = _server_socket(policies, clang)
+    path = path or _server_socket(policies, clang)  # the caller's, when it has it already
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -521,6 +521,7 @@ def serve_request(
     portfolio: str | None = None,
     link: bool = False,
     direct: tuple[str, tuple[str, ...]] | None = None,
+    socket_path: str | None = None,
 ) -> dict:
     """Hand the compile to the server (argv, cwd, environment; our stdout and stderr as descriptors)
     and wait for its one reply, read to the end of the connection. ``thinlto``: the compile is a ThinLTO
@@ -528,11 +529,11 @@ def serve_request(
     lld one after another; ``portfolio``: the file of its target's portfolio, for which
     alone it is sent (:func:`target_portfolio`), so a compile that portfolio does not take is clang's own;
     ``direct``: the plans file and key under which the server records that a C compile is clang's own with
-    pass options (:mod:`optgym_cc.direct`)."""
+    pass options (:mod:`optgym_cc.direct`); ``socket_path``: the server's socket, when the caller has it."""
     import _socket
     import marshal
 
-    sock = _connect(policies, clang)
+    sock = _connect(policies, clang, socket_path)
     message: dict[str, object] = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
     message |= ({"thinlto": True} if thinlto else {}) | ({"portfolio": portfolio} if portfolio else {})
     message |= ({"link": True} if link else {}) | ({"direct": direct} if direct else {})
@@ -552,12 +553,12 @@ def serve_request(
 
 
 def direct_plan(
-    clang: str, args: list[str], driver: str, policies: list[tuple[str, str]], portfolio: str | None
+    args: list[str], driver: str, socket_path: str, portfolio: str | None
 ) -> tuple[list[str] | None, tuple[str, tuple[str, ...]] | None]:
-    """``(flags, where)`` of a compile: the pass options of a C compile the server has said is clang's own with
-    them, which the launcher runs itself (:mod:`optgym_cc.direct`), else ``None`` and — for a C compile — the
-    plans file and key the server records its plan under. A build's own ``-mllvm`` options always go to the
-    server, which knows which of them clash with a portfolio's."""
+    """``(flags, where)`` of a compile: the pass options of a C compile the server (at ``socket_path``) has said is
+    clang's own with them, which the launcher runs itself (:mod:`optgym_cc.direct`), else ``None`` and — for a C
+    compile — the plans file and key the server records its plan under. A build's own ``-mllvm`` options always
+    go to the server, which knows which of them clash with a portfolio's."""
     if not compiles_c(args, driver) or any(arg.startswith("-mllvm") for arg in args):
         return None, None
     from optgym_cc import direct
@@ -565,7 +566,7 @@ def direct_plan(
     path = portfolio or os.environ.get("OPTGYM_PORTFOLIO") or os.path.join(PRETRAINED_DIR, PORTFOLIO)
     if (compile_key := direct.key(path, portfolio is not None)) is None:
         return None, None
-    plans = direct.plans_file(_cache_root(), _server_socket(policies, clang))
+    plans = direct.plans_file(_cache_root(), socket_path)
     flags = direct.plan(plans, compile_key) if direct.timeout() is not None else None
     return flags, (plans, compile_key)
 
@@ -591,13 +592,14 @@ def _main(driver: str, program: str) -> None:
     policy = " + ".join(spec if problem == CHANNELS[0][0] else f"{problem}={spec}" for problem, spec in policies)
     strict = os.environ.get("OPTGYM_STRICT") == "1"
     try:
-        flags, where = direct_plan(clang, args, driver, policies, portfolio)
+        socket_path = _server_socket(policies, clang)
+        flags, where = direct_plan(args, driver, socket_path, portfolio)
         if flags is not None:
             from optgym_cc import direct
 
             reply = direct.run(clang, args, flags, _runtime_root())
         else:
-            reply = serve_request(clang, args, policies, portfolio=portfolio, direct=where)
+            reply = serve_request(clang, args, policies, portfolio=portfolio, direct=where, socket_path=socket_path)
     except (OSError, ValueError) as e:
         reply = {"fallback": True, "warning": str(e)}
     if reply.get("warning"):
