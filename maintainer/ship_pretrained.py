@@ -58,7 +58,7 @@ from pathlib import Path
 from optgym.corpus import Corpus
 from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
-from optgym.policies.embedded import load_embedded, unpack_policy
+from optgym.policies.embedded import load_embedded
 from optgym.policies.export import export_policy, run_provenance
 from optgym.policies.portfolio import load_portfolio
 from optgym.policies.scorer import CandidateScorer
@@ -237,18 +237,21 @@ def restrict_languages(problem: str, families: list[str]) -> int:
     provenance = json.loads(provenance_path.read_text())
     for family in sorted({"C", "C++"} - set(families)):
         held = provenance["figures"]["heldout"].get(family) or {}
-        if not held.get("evaluated") or held.get("improved") or held.get("regressed") or (
-            held.get("policy_text_bytes") != held.get("heuristic_text_bytes")
+        if (
+            not held.get("evaluated")
+            or held.get("improved")
+            or held.get("regressed")
+            or (held.get("policy_text_bytes") != held.get("heuristic_text_bytes"))
         ):
             sys.exit(f"{shipped.name} does not decide {family} as clang does on its held-out modules: not restricted")
-    metadata = load_embedded(shipped)
-    if metadata is None:
-        sys.exit(f"{shipped} embeds no optgym policy")
     with tempfile.TemporaryDirectory(prefix="optgym-ship-") as tmp:
-        policy_dir = unpack_policy(shipped, Path(tmp) / "policy")
+        policy_dir = Path(tmp) / "policy"
+        embedded = load_embedded(shipped, into=policy_dir)  # read once: its metadata, and its directory unpacked
+        if embedded is None:
+            sys.exit(f"{shipped} embeds no optgym policy")
         meta = json.loads((policy_dir / "policy.json").read_text())
         (policy_dir / "policy.json").write_text(json.dumps(meta | {"languages": families}, indent=2))
-        export_policy(policy_dir, shipped, provenance=metadata.metadata["provenance"])
+        export_policy(policy_dir, shipped, provenance=embedded.metadata["provenance"])
     provenance["sha256"] = hashlib.sha256(shipped.read_bytes()).hexdigest()
     provenance["languages"] = {
         "decides": families,

@@ -26,6 +26,7 @@ from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
 from optgym.toolchain import find_toolchain
+from research.linkage_lookup import action_of
 from research.linkage_oracle import clang_bytes, report
 from research.rule_with_linkage import Task, sample_parser, sample_tasks
 
@@ -43,9 +44,7 @@ class DeletionAllowance:
     reads_callee_linkage: bool = True  # the loop learns the module's callee linkage first (a front-end compile)
 
     def __call__(self, point: DecisionPoint) -> int:
-        answer = point.heuristic if self.base is None else self.base(point)
-        action = int(answer[0] if isinstance(answer, tuple) else answer)
-        if action:
+        if point.heuristic if self.base is None else action_of(self.base, point):
             return 1
         cost, threshold, users, external = point.firsts(GATES)
         deletes = users <= self.max_users and not external and point.callee_survives is False

@@ -44,6 +44,12 @@ def key_of(features: dict[str, np.ndarray]) -> tuple[int, ...]:
     return tuple(int(np.asarray(v).reshape(-1)[0]) for k, v in sorted(features.items()) if k not in MODULE_WIDE)
 
 
+def action_of(policy: Any, point: DecisionPoint) -> int:
+    """``policy``'s action at ``point``: an MLP policy answers (action, log-probability), a function the action."""
+    answer = policy(point)
+    return int(answer[0] if isinstance(answer, tuple) else answer)
+
+
 class LinkageGate:
     """The rule, with its extra inlines (rule yes, clang no) withdrawn wherever ``survives(point)`` says the callee
     stays: here a key step 1 saw only with non-deletable callees; in ``research/rule_with_linkage.py`` the product's
@@ -54,8 +60,7 @@ class LinkageGate:
         self.reads_callee_linkage = reads_callee_linkage  # the loop then learns the module's table
 
     def __call__(self, point: DecisionPoint) -> int:
-        answer = self.rule(point)  # an MLP policy answers (action, log-probability)
-        action = int(answer[0] if isinstance(answer, tuple) else answer)
+        action = action_of(self.rule, point)
         if action == 1 and point.heuristic == 0 and self.survives(point):
             self.withdrawn += 1
             return 0
