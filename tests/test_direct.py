@@ -174,6 +174,21 @@ def test_the_launcher_calls_a_crash_what_the_server_calls_one():
         assert direct.crashed(code) == (describe_exit(code)[0] == "crash"), code
 
 
+def test_the_plans_file_keeps_the_latest_plans_and_a_replaced_one_counts_as_new(tmp_path):
+    """Every portfolio edit adds a key, and the file is read on every C compile: it must not grow without end."""
+    path = str(tmp_path / "direct" / "serve.marshal")
+    keys = [("/p", "False", str(i)) for i in range(direct.MAX_PLANS + 3)]
+    for k in keys:
+        direct.remember(path, k, ("-O", k[2]))
+    direct.remember(path, keys[3], ("-changed",))  # the oldest kept so far, replaced: now the latest
+    direct.remember(path, ("/p", "False", "new"), ("-new",))
+    with open(path, "rb") as f:
+        kept = marshal.load(f)
+    assert len(kept) == direct.MAX_PLANS
+    assert direct.plan(path, keys[3]) == ["-changed"] and direct.plan(path, keys[-1]) == ["-O", keys[-1][2]]
+    assert all(direct.plan(path, k) is None for k in keys[:5] if k != keys[3])
+
+
 def test_the_shipped_inline_rule_leaves_c_to_clang_and_opens_no_channel_for_it():
     """The rule's C side is ``none`` (clang's own, the held-out C figures unchanged), so the shipped file decides
     C++ only, and a rule the threshold trainer writes says which languages it moves."""

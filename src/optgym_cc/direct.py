@@ -45,6 +45,9 @@ KILL_GRACE = 5.0
 #: Added to every compile run under a policy or a portfolio (here and by the server): a crash leaves no reproducer
 #: (a ``.c`` and a ``.sh`` in the temporary directory) behind; the build falls back to a plain compile instead.
 NO_CRASH_FILES = "-fno-crash-diagnostics"
+#: Plans one file keeps. Each edit of a portfolio file or change of a key variable adds a key, and the file is
+#: read on every C compile, so the oldest plans go: a build that comes back to one asks the server once more.
+MAX_PLANS = 32
 
 
 def plans_file(cache_root: str, socket_path: str) -> str:
@@ -86,11 +89,14 @@ def plan(path: str, compile_key: tuple[str, ...]) -> list[str] | None:
 def remember(path: str, compile_key: tuple[str, ...], flags: tuple[str, ...]) -> None:
     """Record (the server does) that a C compile under ``compile_key`` is clang's own with ``flags``. Replaced
     whole, never written in place, so a launcher reads the old file or the new one; best effort (an unwritable
-    cache costs the next compiles their shortcut, nothing else)."""
+    cache costs the next compiles their shortcut, nothing else). Keeps the :data:`MAX_PLANS` latest."""
     plans = _read(path)
     if plans.get(compile_key) == flags:
         return
+    plans.pop(compile_key, None)  # a plan replaced is the latest
     plans[compile_key] = flags
+    for oldest in list(plans)[: max(0, len(plans) - MAX_PLANS)]:
+        del plans[oldest]
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         partial = f"{path}.{os.getpid()}.{id(plans)}.tmp"
