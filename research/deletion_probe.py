@@ -41,7 +41,7 @@ class DeletionAllowance:
     base: Any
     allowance: float
     max_users: int = 1
-    reads_callee_linkage: bool = True  # the loop learns the module's callee linkage first (a front-end compile)
+    reads_callee_linkage: bool = True  # the loop has clang name the callees it refuses (optgym.rollout.linkage)
 
     def __call__(self, point: DecisionPoint) -> int:
         if point.heuristic if self.base is None else action_of(self.base, point):

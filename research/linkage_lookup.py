@@ -34,10 +34,13 @@ from optgym.policies import resolve_policy
 from optgym.problems import get_problem
 from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
-from optgym.rollout.linkage import MODULE_WIDE, defined_symbols
+from optgym.rollout.linkage import defined_symbols
 from optgym.toolchain import find_toolchain
 from optgym.train.search import Compiler
 from research.linkage_oracle import DELETABLE, clang_bytes, draw, linkages, report, sample_parser
+
+#: Features every inline moves, module-wide: left out of the key that finds a call site again.
+MODULE_WIDE = ("node_count", "edge_count")
 
 
 def key_of(features: dict[str, np.ndarray]) -> tuple[int, ...]:
@@ -57,7 +60,7 @@ class LinkageGate:
 
     def __init__(self, rule: Any, survives: Callable[[DecisionPoint], bool], reads_callee_linkage: bool = False):
         self.rule, self.survives, self.withdrawn = rule, survives, 0
-        self.reads_callee_linkage = reads_callee_linkage  # the loop then learns the module's table
+        self.reads_callee_linkage = reads_callee_linkage  # the loop then reads the compile's callee linkage
 
     def __call__(self, point: DecisionPoint) -> int:
         action = action_of(self.rule, point)

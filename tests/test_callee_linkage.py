@@ -1,6 +1,6 @@
-"""Callee linkage learned by a first compile (optgym.rollout.linkage) and the ``callee_survives`` input, on real
-clang-22 compiles of a module whose callees are known: two external functions that stay whatever is inlined, and
-two inline (``linkonce_odr``) ones whose last inlined call deletes them."""
+"""Callee linkage read from the policy's own compile (optgym.rollout.linkage) and the ``callee_survives`` input, on
+real clang-22 compiles of a module whose callees are known: two external functions that stay whatever is inlined,
+and two inline (``linkonce_odr``) ones whose last inlined call deletes them."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from optgym.problems import get_problem
 from optgym.problems.normalize import VocabError
 from optgym.rollout import rollout
 from optgym.rollout.decider import DecisionPoint
-from optgym.rollout.episode import callee_linkage
-from optgym.rollout.linkage import MODULE_WIDE, CalleeLinkage
+from optgym.rollout.linkage import REFUSAL_FLAGS, CalleeLinkage, refused_callee, without_refusals
 from optgym.toolchain import object_sizes
 from optgym.toolchain.remarks import read_remarks, record_flags
 
@@ -62,35 +61,66 @@ class SurvivesRecorder:
         return int(point.heuristic or 0)
 
 
-def test_first_compile_learns_which_callees_stay(linkage_module, toolchain, tmp_path):
+def test_clang_names_each_refused_callee_before_the_decision(linkage_module, toolchain, tmp_path):
+    """At every decision clang's heuristic refuses, the input says whether that callee stays: each is named on
+    stderr before the channel asks. The optimization record names every decision's callee afterwards, the truth
+    to check against. A decision clang inlines itself reads as staying."""
     problem = get_problem("inline-size")
-    table = callee_linkage(problem, linkage_module, toolchain)
-    assert table.status == "ok" and table.keys, table.status
-    assert callee_linkage(problem, linkage_module, toolchain) == table  # the cache gives it back unchanged
-
     recorder, record = SurvivesRecorder(), tmp_path / "record.yaml"
     run = rollout(problem, linkage_module, toolchain, recorder, extra_flags=record_flags(record, "inline-ml"))
-    assert run.result.ok
-    callees = [r["Callee"] for r in read_remarks(record, "inline-ml")]
-    assert len(callees) == len(recorder.seen)
-    said = {}
-    for callee, survives in zip(callees, recorder.seen, strict=True):
-        said.setdefault(callee.split("(")[0], set()).add(survives)
+    assert run.result.ok and "not inlined" not in run.result.stderr_tail  # the refusals stay out of the tail
+    callees = [r["Callee"].split("(")[0] for r in read_remarks(record, "inline-ml")]
+    refused = run.trajectory.heuristic == 0
+    assert len(callees) == len(recorder.seen) == len(refused)
+    said: dict[str, set] = {}
+    for callee, survives, no in zip(callees, recorder.seen, refused, strict=True):
+        if no:
+            said.setdefault(callee, set()).add(survives)
+        else:
+            assert survives is True
     stays = [c for c in said if "stays_" in c]
     goes = [c for c in said if "goes_" in c]
     assert stays and goes, said
-    assert all(said[c] == {True} for c in stays), said  # the same compile as the first: every key found again
+    assert all(said[c] == {True} for c in stays), said
     assert all(said[c] == {False} for c in goes), said
 
 
-def test_a_key_seen_with_a_deletable_callee_never_survives():
-    names = ["cost_estimate", "node_count", "threshold"]
-    features = np.array([[10, 1, 5], [10, 2, 5], [20, 1, 5], [30, 9, 5]], np.float32)
-    table = CalleeLinkage.from_decisions(names, features, ["ext", "inl", "ext", "ext"], surviving=["ext"])
-    # (10, 5) was seen with a deletable callee; node_count is module-wide and not part of the key
-    assert table.keys == {(20, 5), (30, 5)}
-    assert "node_count" in MODULE_WIDE
-    assert CalleeLinkage.from_json(table.to_json()) == table
+def test_the_refusal_remarks_change_no_object(linkage_corpus, toolchain, tmp_path):
+    """The flags that make clang name its refusals leave the object byte for byte as clang compiles it."""
+    for module in linkage_corpus.modules:
+        objects = []
+        for extra in ((), REFUSAL_FLAGS):
+            out = tmp_path / f"{len(objects)}.o"
+            argv = module.argv(toolchain.clang, [*get_problem("inline-size").compile_flags(), *extra], str(out))
+            done = subprocess.run(argv, cwd=module.workdir, capture_output=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            objects.append(out.read_bytes())
+            assert (b"not inlined into" in done.stderr) == bool(extra)
+        assert objects[0] == objects[1]
+
+
+def test_the_linkage_reads_only_what_clang_wrote_since_the_last_decision(tmp_path):
+    """A refusal belongs to the decision that follows it; a decision with none reads as staying; a line cut short
+    by a read is kept and read whole later; the same decision asked twice answers the same."""
+    log = tmp_path / "stderr"
+    log.write_bytes(b"warning: something else\n")
+    refusal = "\x1b[1mremark: \x1b[0m'{}' not inlined into 'g' because too costly to inline (cost=9, threshold=5) "
+    refusal += "[-Rpass-missed=inline]\n"
+    half = refusal.format("inl").encode()
+    writes = [refusal.format("ext").encode(), refusal.format("inl").encode(), b"", half[:30], half[30:]]
+    expected = [True, False, True, True, False]
+    with open(log, "ab") as writer, open(log, "rb") as reader:
+        linkage = CalleeLinkage({"ext"}, reader.fileno(), offset=len(b"warning: something else\n"))
+        for i, (written, survives) in enumerate(zip(writes, expected, strict=True)):
+            writer.write(written)
+            writer.flush()
+            decision = object()
+            assert linkage.survives(decision) is survives, i
+            assert linkage.survives(decision) is survives
+    assert refused_callee(b"x.cc:3:5: remark: '_Z1fv' not inlined into 'g' because too costly [-Rpass-missed=inline]")
+    kept = b"x.cc:1:1: warning: unused [-Wunused]\n"
+    assert without_refusals(refusal.format("f").encode() + kept) == kept
+    assert CalleeLinkage(None, None).survives(object()) is True  # nothing known: no deleting inline is added
 
 
 def test_a_policy_reading_linkage_without_a_loop_that_learned_it_is_refused(linkage_module, toolchain):
@@ -141,9 +171,9 @@ def _gated(survives_weight: float) -> MLPPolicy:
 
 
 def test_optgym_cxx_learns_the_linkage_of_each_compile_it_serves(tmp_path, no_leftovers):
-    """A served build of a policy that reads ``callee_survives``: the server runs each file's front end once and
-    compiles its bitcode first with clang's decisions (strict mode: any failure to supply the input would fail the
-    compile), and the gate changes the object."""
+    """A served build of a policy that reads ``callee_survives``: the server runs each file's front end once, the
+    policy's compile of its bitcode names the callees clang refuses (strict mode: any failure to supply the input
+    would fail the compile), the gate changes the object, and the build sees none of the refusals."""
     (tmp_path / "calls.cpp").write_text(SOURCE)
     sizes = {}
     for name, weight in (("loose", 0.0), ("tight", -3.0)):
@@ -264,8 +294,8 @@ def test_deletes_is_few_users_and_a_callee_that_goes_batched_singly_and_exported
 
 
 def test_a_deletes_allowance_inlines_only_callees_that_go(linkage_module, toolchain):
-    """On a real compile: past clang, the ``deletes`` allowance adds inlines only of callees the first compile saw
-    go, where the same allowance on ``at_most:callee_users`` alone adds some of callees that stay too."""
+    """On a real compile: past clang, the ``deletes`` allowance adds inlines only of callees clang named as going,
+    where the same allowance on ``at_most:callee_users`` alone adds some of callees that stay too."""
     problem = get_problem("inline-size")
     runs = {}
     for gate in ("deletes:1000", "at_most:callee_users:1000"):
@@ -275,7 +305,7 @@ def test_a_deletes_allowance_inlines_only_callees_that_go(linkage_module, toolch
         recorder = SurvivesRecorder()
 
         def decide(point: DecisionPoint, policy: MLPPolicy = policy, recorder: SurvivesRecorder = recorder) -> int:
-            recorder(point)  # what the first compile said of this call site's callee
+            recorder(point)  # what clang said of this call site's callee
             answer = policy(point)
             return int(answer[0] if isinstance(answer, tuple) else answer)
 

@@ -27,7 +27,7 @@ from optgym.corpus import Corpus, Module
 from optgym.corpus.cache import ResultCache
 from optgym.errors import CompileError, CorpusError
 from optgym.problems import Problem
-from optgym.rollout.episode import DEFAULT_TIMEOUT, Episode, EpisodeResult, baseline, callee_linkage
+from optgym.rollout.episode import DEFAULT_TIMEOUT, Episode, EpisodeResult, baseline
 from optgym.toolchain.llvm import Toolchain, find_toolchain
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ class CompilerEnv(gym.Env):
         on_error: ``"raise"`` (a module that fails before its first decision raises
             :class:`CompileError`) or ``"skip"`` (it is logged and the next module is taken).
         transcript_dir: record every exchange there (default ``$OPTGYM_TRANSCRIPT``).
-        callee_linkage: learn each module's callee linkage with a first compile (cached) and put the pending
-            decision's ``callee_survives`` (0/1, :mod:`optgym.rollout.linkage`) in ``info``.
+        callee_linkage: have clang name the callees it refuses and put the pending decision's
+            ``callee_survives`` (0/1, :mod:`optgym.rollout.linkage`) in ``info``.
         report_timing: put ``compile_seconds`` in the final info. It is the one value of an
             episode that is not a function of seed and actions, so gymnasium's determinism check
             (``check_env``) fails on a one-decision module unless this is off.
@@ -156,12 +156,8 @@ class CompilerEnv(gym.Env):
             transcript = (
                 self.transcript_dir / f"{module.name.replace('/', '_')}.{os.getpid()}.{self._episodes}.transcript"
             )
-        linkage = None
-        if self.callee_linkage:  # a first compile per module, cached: see optgym.rollout.linkage
-            linkage = callee_linkage(self.problem, module, self.toolchain, timeout=self.timeout)
-        episode = Episode(
-            self.problem, module, self.toolchain, timeout=self.timeout, transcript=transcript, linkage=linkage
-        )
+        episode = Episode(self.problem, module, self.toolchain, timeout=self.timeout, transcript=transcript,
+                          read_linkage=self.callee_linkage)  # fmt: skip
         if episode.begin() is None:
             assert episode.result is not None
             if not episode.result.ok:
@@ -194,7 +190,7 @@ class CompilerEnv(gym.Env):
         if mask is not None:
             info["action_mask"] = mask
         if episode.linkage is not None:
-            info["callee_survives"] = int(episode.linkage.survives(episode.view, episode.observation))
+            info["callee_survives"] = int(episode.linkage.survives(episode.observation))
         return info
 
     def _empty_observation(self) -> dict[str, np.ndarray]:

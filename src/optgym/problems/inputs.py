@@ -19,9 +19,10 @@ Derived inputs are named, and the names are stored with the policy:
   (:attr:`optgym.corpus.Module.language`) and the compile's in a served build
   (:func:`optgym.toolchain.language.driver_language`);
 * ``callee_survives`` — ``1`` where the call site's callee stays in the object whatever is inlined (an
-  ``external`` function of this translation unit), as a first compile of the module learned it
-  (:mod:`optgym.rollout.linkage`): inlining such a callee is pure growth, where inlining a ``linkonce_odr``
-  one can delete its last copy. clang never sends linkage; the loop that asks the policy supplies it;
+  ``external`` function of this translation unit): inlining such a callee is pure growth, where inlining a
+  ``linkonce_odr`` one can delete its last copy. clang never sends linkage; the loop that asks the policy
+  supplies it from the compile itself (:mod:`optgym.rollout.linkage`): clang names the callee of each call site
+  its heuristic refuses, and a call site it inlines itself reads ``1``;
 * ``deletes:K`` — ``1`` where the callee has at most ``K`` users and does not survive (``callee_survives`` is
   ``0``): a call site whose inlining, with the callee's few other uses, deletes the body and its frame record.
   Half of what the shipped C++ rule saves per object is ``.eh_frame``, the records of functions that go

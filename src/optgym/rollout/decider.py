@@ -53,13 +53,13 @@ class DecisionPoint:
         self._view, self._obs, self.heuristic, self.index = view, obs, heuristic, index
         self.language = language  # of the module compiled (C, C++ …; optgym.toolchain.language), if known
         self.problem = problem  # the decision's problem, when the loop knows it: see valid_actions()
-        self.linkage = linkage  # the module's callee linkage from a first compile, when the policy reads it
+        self.linkage = linkage  # the compile's callee linkage, when the policy reads it
 
     @property
     def callee_survives(self) -> bool | None:
-        """Whether this call site's callee stays in the object whatever is inlined, as the first compile saw it
-        (:mod:`optgym.rollout.linkage`); ``None`` where the loop learned no linkage."""
-        return None if self.linkage is None else self.linkage.survives(self._view, self._obs)
+        """Whether this call site's callee stays in the object whatever is inlined, as clang named it
+        (:mod:`optgym.rollout.linkage`); ``None`` where the loop reads no linkage."""
+        return None if self.linkage is None else self.linkage.survives(self._obs)
 
     def valid_actions(self) -> np.ndarray | None:
         """The indices of the actions the problem allows here (an eviction's unmasked candidates), or ``None``
@@ -108,8 +108,8 @@ class Policy(Protocol):
       is then not even opened (:func:`decides`);
     * ``compiler`` — the clang version it was trained with (or a ``source`` record's ``compiler`` entry, as
       :class:`~optgym.policies.mlp.MLPPolicy` and the scorers keep it): another major version is not served;
-    * ``reads_callee_linkage`` — true when it reads :attr:`DecisionPoint.callee_survives`: the loop then learns
-      the module's callee linkage with a first compile (:mod:`optgym.rollout.linkage`).
+    * ``reads_callee_linkage`` — true when it reads :attr:`DecisionPoint.callee_survives`: the loop then has
+      clang name the callees it refuses, on stderr (:mod:`optgym.rollout.linkage`).
     """
 
     def __call__(self, point: DecisionPoint, /) -> Choice: ...
@@ -197,7 +197,7 @@ class Decider:
         linkage: CalleeLinkage | None = None,
     ) -> None:
         self.problem, self.view, self.policy, self.language, self.memo = problem, view, policy, language, memo
-        self.linkage = linkage  # the module's callee linkage, for a policy that reads it
+        self.linkage = linkage  # the compile's callee linkage, for a policy that reads it
         self.header: Header = view.header
         self._heuristic_action = problem.heuristic_action  # bound once: called at every decision
         self._rules = rules_out_actions(problem)
@@ -218,7 +218,7 @@ class Decider:
         if memo is not None:
             key: tuple[Any, ...] = (self.view, obs.raw, heuristic, self.language)
             if self.linkage is not None:  # the same features mean another input in another module
-                key += (self.linkage.survives(self.view, obs),)
+                key += (self.linkage.survives(obs),)
             action = memo.get(key)
             if action is not None:
                 self.log_prob = None  # remembered answers keep no log-probability: a greedy policy's is not read

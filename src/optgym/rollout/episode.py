@@ -17,11 +17,10 @@ from optgym.corpus.cache import ResultCache
 from optgym.problems import FeatureView, InvalidAction, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
-from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, learn_linkage
+from optgym.rollout.linkage import REFUSAL_FLAGS, CalleeLinkage, surviving_functions, without_refusals
 from optgym.toolchain import interactive
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.process import run
-from optgym.toolchain.remarks import record_flags
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -80,13 +79,18 @@ class Episode:
         extra_flags: Sequence[str] = (),
         companions: Sequence[Companion] = (),
         policy: Policy | None = None,
-        linkage: CalleeLinkage | None = None,
+        read_linkage: bool = False,
     ) -> None:
         self.problem, self.module, self.toolchain = problem, module, toolchain
         self.keep_object = keep_object
-        if linkage is None and PolicyInfo.of(policy).reads_callee_linkage:  # a first compile learns it (cached)
-            linkage = callee_linkage(problem, module, toolchain, timeout=timeout)
-        self.linkage = linkage
+        # the callee linkage (optgym.rollout.linkage), for a policy that reads it or an env that hands it out:
+        # clang names each call site it refuses on stderr, and the module's bitcode says which functions stay
+        self._reads_linkage = read_linkage or PolicyInfo.of(policy).reads_callee_linkage
+        self._surviving = (surviving_functions(module.bitcode, str(toolchain.tool("llvm-nm")))
+                           if self._reads_linkage else None)  # fmt: skip
+        if self._reads_linkage:
+            extra_flags = [*extra_flags, *REFUSAL_FLAGS]
+        self.linkage: CalleeLinkage | None = None  # made at the first decision, when clang's stderr exists
         self._object = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         companions = [(p, companion) for p, companion in companions if decides(companion, module.language)]
         problems = [problem, *(p for p, _ in companions)]
@@ -161,7 +165,10 @@ class Episode:
         except Exception:
             self.close()
             raise
-        linkage = self.linkage if channel == 0 else None
+        linkage = None
+        if channel == 0 and self._reads_linkage:
+            status = "ok" if self._surviving is not None else "the module's symbols could not be read"
+            linkage = self.linkage = CalleeLinkage(self._surviving, self._compile.stderr_fd, status=status)
         decider = Decider(problem, view, self._policies[channel], self.module.language, linkage=linkage)
         self._deciders[channel] = decider
         return decider
@@ -192,7 +199,7 @@ class Episode:
             outcome.status,
             outcome.detail,
             outcome.seconds,
-            outcome.stderr_tail,
+            without_refusals(outcome.stderr_tail.encode()).decode() if self._reads_linkage else outcome.stderr_tail,
             self._object,
             self.keep_object,
         )
@@ -258,40 +265,6 @@ def baseline(
     return result
 
 
-def _compile_key(cache: ResultCache, problem: Problem, module: Module, toolchain: Toolchain, *more: str) -> str:
-    """What a cached result of compiling ``module`` for ``problem`` depends on: content, flags, compiler, ``more``."""
-    return cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity, *more])
-
-
-#: Bumped when what a callee-linkage table holds changes: older cached tables are then not read.
-LINKAGE_VERSION = "1"
-
-
-def callee_linkage(
-    problem: Problem,
-    module: Module,
-    toolchain: Toolchain,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    cache: ResultCache | None = None,
-) -> CalleeLinkage:
-    """``module``'s callee linkage (:mod:`optgym.rollout.linkage`), learned by one compile with clang's own
-    decisions, its optimization record and its object's symbol table; cached on disk like :func:`baseline`.
-    A failed first compile gives an empty table (no call site survives), which is not cached."""
-    cache = cache or ResultCache("callee-linkage")
-    key = _compile_key(cache, problem, module, toolchain, LINKAGE_VERSION)
-    if (hit := cache.get(key)) is not None:
-        return CalleeLinkage.from_json(hit)
-    with tempfile.TemporaryDirectory(prefix="optgym-linkage-") as tmp:
-        record, obj = Path(tmp) / "record.yaml", Path(tmp) / "module.o"
-        flags = record_flags(record, DECISION_REMARKS[0])
-        compile_ = interactive.InteractiveCompile(
-            lambda *bases: module.argv(toolchain.clang, [*flags, *problem_flags([problem], bases)], obj),
-            timeout=timeout,
-            cwd=module.workdir,
-        )
-        table = learn_linkage(compile_, problem, record, obj, str(toolchain.tool("llvm-nm")))
-    if table.status.startswith("first compile"):
-        return table
-    cache.put(key, table.to_json())
-    return table
+def _compile_key(cache: ResultCache, problem: Problem, module: Module, toolchain: Toolchain) -> str:
+    """What a cached result of compiling ``module`` for ``problem`` depends on: content, flags, compiler."""
+    return cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity])

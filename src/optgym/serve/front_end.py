@@ -1,14 +1,11 @@
-"""The front end once: how a served compile that needs a first compile pays for parsing only once.
+"""The front end once: how a served compile reads its callees' linkage from the bitcode its own front end writes.
 
-A policy that reads ``callee_survives`` needs clang's own inlining of the same module first
-(:mod:`optgym.rollout.linkage`). Compiling the build's command twice cost 2.34× plain clang on graphite2. In C++
-the front end (preprocessing, parsing, template instantiation) is most of an ``-Oz`` compile, and LLVM's
-passes and code generation see nothing but the bitcode it emits. So the server runs the front end once, into
-unoptimized bitcode (``-emit-llvm -Xclang -disable-llvm-passes``), and both later compiles read that file:
-
-1. the first, with clang's decisions, stops after LLVM's passes (``-emit-llvm``): its optimization record and
-   the symbols of its optimized bitcode are all the table needs, so it skips code generation;
-2. the policy's compile writes the build's object from the same bitcode.
+A policy that reads ``callee_survives`` needs to know which of the module's functions stay whatever is inlined
+(:mod:`optgym.rollout.linkage`): its ``external`` definitions, which unoptimized bitcode lists. So the server runs
+the front end once, into unoptimized bitcode (``-emit-llvm -Xclang -disable-llvm-passes``), reads that file's
+symbols, and the policy's compile writes the build's object from the same bitcode, naming the callees clang
+refuses as it goes. (It once ran a whole first compile of the bitcode with clang's decisions; splitting the front
+end off kept that from parsing the source twice.)
 
 From that bitcode clang writes an object byte-identical to the one it compiles from source (checked with
 ``-g``, ``-fPIC`` and ``-MD`` in tests/test_front_end.py), so the split changes nothing but the time.
@@ -16,8 +13,8 @@ From that bitcode clang writes an object byte-identical to the one it compiles f
 Everything else the build reads comes from the front end's run, the one that sees the source: its
 diagnostics and its dependency file. clang names the dependency file and its target after ``-o``, which the
 front end's run redirects to the bitcode, so that run is given the build's names explicitly (``-MF``, ``-MQ``)
-where the build leaves them implicit. The later compiles get no dependency options, no ``-x`` and no source;
-the preprocessor options they still carry are unused for bitcode, and that warning is switched off (a build
+where the build leaves them implicit. The policy's compile gets no dependency options, no ``-x`` and no source;
+the preprocessor options it still carries are unused for bitcode, and that warning is switched off (a build
 with ``-Werror`` would otherwise fail on it).
 
 Commands whose meaning is not all in the bitcode, or that tie other outputs to the object, are not split
@@ -44,7 +41,7 @@ NOT_SPLIT = ("-fsanitize", "-fprofile", "-fcoverage", "--coverage", "-ftest-cove
 
 
 def unsplittable(args: Sequence[str]) -> str | None:
-    """Why the compile ``args`` (driver excluded) cannot run its front end once for two compiles, or ``None``."""
+    """Why the compile ``args`` (driver excluded) cannot run its front end apart from its compile, or ``None``."""
     if "-c" not in args:
         return "not a -c compile"
     if (why := unguardable(args)) is not None:

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -62,7 +62,7 @@ from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio
 from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
 from optgym.protocol import Header
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
-from optgym.rollout.linkage import DECISION_REMARKS, CalleeLinkage, learn_linkage
+from optgym.rollout.linkage import REFUSAL_FLAGS, CalleeLinkage, surviving_functions, without_refusals
 from optgym.serve.front_end import from_bitcode_args, front_end_args, unsplittable
 from optgym.serve.guard import (
     Guard,
@@ -83,7 +83,6 @@ from optgym.toolchain.lanes import lanes_library
 from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
 from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
-from optgym.toolchain.remarks import driver_record_flags
 from optgym_cc import direct
 from optgym_cc.thinlto import BACKEND_FLAGS, first_error, link_jobs, without_link_jobs
 
@@ -146,12 +145,14 @@ def _plain(fds: Sequence[int], warning: str | None = None) -> dict[str, Any]:
     return {"fallback": True} | ({"warning": warning} if warning else {})
 
 
-def _copy(source: IO[bytes], fd: int) -> None:
-    """Everything written to ``source`` so far, onto ``fd`` (the build's stderr)."""
+def _copy(source: IO[bytes], fd: int, keep: Callable[[bytes], bytes] | None = None) -> None:
+    """Everything written to ``source`` so far, onto ``fd`` (the build's stderr); ``keep`` filters it whole."""
     source.seek(0)
-    while chunk := source.read(1 << 16):
-        with contextlib.suppress(OSError):  # the build closed its end: nothing is lost that it would read
-            os.write(fd, chunk)
+    text = source.read()
+    if keep is not None:
+        text = keep(text)
+    with contextlib.suppress(OSError):  # the build closed its end: nothing is lost that it would read
+        os.write(fd, text)
 
 
 @dataclass
@@ -345,6 +346,9 @@ class Server:
         # a policy reading the callee's linkage: the front end runs once, and this compile reads its bitcode
         reads_linkage = not backend and any(s.linkage_reader for s in served)
         split = reads_linkage and unsplittable(argv[1:]) is None
+        # clang names the callees it refuses on stderr (filtered from the build's diagnostics), unless the build
+        # asks for missed-optimization remarks of its own: the policy then reads every callee as staying
+        refusals = split and not any(arg.startswith("-Rpass-missed") for arg in argv)
         work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
         lanes, library = 1, None
@@ -353,7 +357,7 @@ class Server:
             library = lanes_library(argv[0]) if lanes > 1 else None
             lanes = lanes if library else 1  # without the library, one at a time on one set of channels
             args = [*without_link_jobs(args), f"-Wl,--thinlto-jobs={lanes}", *for_linker(BACKEND_FLAGS)]
-        command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags]
+        command = [argv[0], *colour, *args, NO_CRASH_FILES, *flags, *(REFUSAL_FLAGS if refusals else ())]
         if link and (linker := link_linker(args, argv[0])):  # lld dies with the driver, which dies with us
             command.append(f"--ld-path={linker_dying_with_driver(linker, cache_root() / 'linkers')}")
         to_clang = for_linker if link else list  # a link hands each -mllvm option to lld
@@ -381,7 +385,7 @@ class Server:
             linkage = None
             if reads_linkage:
                 coloured = [argv[0], *colour, *argv[1:]]  # the front end writes the build's diagnostics
-                linkage = self._linkage(coloured, cwd, env, served, timeout, running, diagnostics, work)
+                linkage = self._linkage(coloured, cwd, env, timeout, running, diagnostics, work, refusals)
                 if running.gone:
                     return {"fallback": True, "warning": "the launcher went away"}
                 if linkage is None:  # the front end failed on the source: clang's own compile says why, once
@@ -395,7 +399,7 @@ class Server:
                     why = first_error(diagnostics.read().decode(errors="replace"))
                     reply = {"fallback": True, "link_failed": True, "warning": f"the served link failed ({why})"}
             if not reply.get("fallback"):
-                _copy(diagnostics, stderr_fd)
+                _copy(diagnostics, stderr_fd, without_refusals if refusals else None)
             elif "-c" in argv:  # stopped before it finished: clang's half-written object goes too
                 remove_partial_output(output_path(argv[1:], cwd), started)
             elif link:  # and lld's half-written program
@@ -636,23 +640,21 @@ class Server:
         argv: Sequence[str],
         cwd: str,
         env: dict[str, str],
-        served: Sequence[Served],
         timeout: float,
         running: _Running,
         diagnostics: IO[bytes],
         work: tempfile.TemporaryDirectory | None,
+        refusals: bool,
     ) -> CalleeLinkage | None:
         """The callee linkage of this compile, for the served policy that reads it (:mod:`optgym.rollout.linkage`),
         with the front end run once into ``work`` (:mod:`optgym.serve.front_end`): that run writes the build's
-        diagnostics and dependency file, and a first compile of its bitcode with clang's own inlining stops after
-        LLVM's passes, leaving its optimization record and its optimized bitcode's symbols. ``None`` when the front
-        end fails: the source has an error, which clang's own compile reports. A command that cannot be split
-        (``work`` is ``None``) gets an empty table: the policy decides as for callees that can go."""
-        reader = next(s for s in served if s.linkage_reader)
-        names = reader.problem.visible_features()
+        diagnostics and dependency file, its bitcode says which functions stay, and the policy's compile of it
+        names the callees clang refuses in ``diagnostics`` (with ``refusals``). ``None`` when the front end fails:
+        the source has an error, which clang's own compile reports. A command that cannot be split (``work`` is
+        ``None``) reads every callee as staying: the policy adds no inline it adds for callees that go."""
         if work is None:
-            return CalleeLinkage.empty(names, unsplittable(argv[1:]) or "not split")
-        bitcode, optimized = bitcode_in(work), os.path.join(work.name, "optimized.bc")
+            return CalleeLinkage(None, None, status=unsplittable(argv[1:]) or "not split")
+        bitcode = bitcode_in(work)
         front = running.compile = spawn([argv[0], *front_end_args(argv[1:], bitcode)],
                                         stderr=diagnostics.fileno(), cwd=cwd, env=env)  # fmt: skip
         status = wait_exit(front, timeout)
@@ -661,18 +663,12 @@ class Server:
             raise TimeoutError(f"the front end ran past {timeout:.0f} s")
         if status != 0:
             return None
-        record = os.path.join(work.name, "record.yaml")
-        args = [argv[0], *from_bitcode_args(argv[1:], bitcode, optimized), "-emit-llvm",
-                *driver_record_flags(record, DECISION_REMARKS[0])]  # fmt: skip
-        first = running.compile = InteractiveCompile(
-            lambda *bases: [*args, NO_CRASH_FILES, *problem_flags([reader.problem], bases)],
-            timeout=timeout,
-            stderr=subprocess.DEVNULL,
-            cwd=cwd,
-            env=env,
-        )
-        nm = str(self.toolchain.tool("llvm-nm"))
-        return learn_linkage(first, reader.problem, Path(record), Path(optimized), nm)
+        if not refusals:
+            return CalleeLinkage(None, None, status="the build asks for missed-optimization remarks itself")
+        surviving = surviving_functions(Path(bitcode), str(self.toolchain.tool("llvm-nm")))
+        why = "ok" if surviving is not None else "the bitcode's symbols could not be read"
+        written = os.fstat(diagnostics.fileno()).st_size  # the front end's diagnostics: the compile's come after
+        return CalleeLinkage(surviving, diagnostics.fileno(), offset=written, status=why)
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:

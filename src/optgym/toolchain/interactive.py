@@ -201,6 +201,14 @@ class InteractiveCompile:
         self._finalizer()
 
     @property
+    def stderr_fd(self) -> int | None:
+        """Where clang's stderr goes once started: its temporary file's descriptor, or the one given; ``None`` for
+        anything else. A reader during the compile must ``pread``: the compiler shares the file's position."""
+        if self._res.stderr is not None:
+            return self._res.stderr.fileno()  # type: ignore[attr-defined]
+        return self._stderr if isinstance(self._stderr, int) else None
+
+    @property
     def pid(self) -> int | None:
         return self._res.proc.pid if self._res.proc else None
 

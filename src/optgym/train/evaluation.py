@@ -25,7 +25,9 @@ from optgym.policies.portable import portable_policy
 from optgym.policies.portfolio import Portfolio, load_portfolio
 from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
+from optgym.rollout.decider import PolicyInfo
 from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
+from optgym.rollout.linkage import LINKAGE_VERSION
 from optgym.toolchain import find_toolchain
 
 REPORT_FORMAT_VERSION = 1
@@ -106,8 +108,11 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
     with_part = [f"{name}={factory.identity}" for name, factory in task.companions]
     # a policy that leaves this language to clang: a key of its own (such entries once held its compile)
     left_part = [] if decides(policy, module.language) else ["left to clang"]
+    # a policy reading the callee's linkage decides by how the loop learns it (optgym.rollout.linkage)
+    linkage_part = [LINKAGE_VERSION] if PolicyInfo.of(policy).reads_callee_linkage else []
     key = cache.key([task.policy.identity, task.mode, seed_part, module.digest, problem.name,
-                     *problem.compile_flags(), toolchain.identity, *with_part, *left_part, *task.flags])  # fmt: skip
+                     *problem.compile_flags(), toolchain.identity, *with_part, *left_part, *linkage_part,
+                     *task.flags])  # fmt: skip
     if task.transcript_dir is None and (hit := cache.get(key)) is not None:
         return EpisodeResult(**hit["result"]), hit["differing"]
     if task.mode == "collect" and hasattr(policy, "stochastic"):
