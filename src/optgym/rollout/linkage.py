@@ -11,9 +11,10 @@ into 'caller' because too costly to inline``) *before* the channel asks the host
 none for a decision it would inline (checked over 3 500 decisions, and by tests/test_callee_linkage.py). So the
 policy's own compile names the callee of every decision where an extra inline is possible, in time:
 
-1. the module's bitcode, before any pass, lists its functions' linkage. A global text symbol (``llvm-nm``'s
-   ``T``: an ``external`` definition) stays whatever is inlined; weak, local and ``available_externally`` ones
-   can go, and a non-LTO compile changes no external definition's linkage;
+1. the module's bitcode, before any pass, lists its functions' linkage in the symbol table LLVM writes into it
+   for linkers. A global text symbol (``llvm-nm``'s ``T``: an ``external`` definition) stays whatever is inlined;
+   weak, local and ``available_externally`` ones can go, and a non-LTO compile changes no external definition's
+   linkage;
 2. at each decision :meth:`CalleeLinkage.survives` reads what clang wrote to stderr since the last one. A
    refusal names this call site's callee; no refusal means clang inlines the site itself, and the site reads as
    surviving (no deleting inline to add there; an allowance keeps clang's yes anyway).
@@ -31,6 +32,8 @@ import re
 import subprocess
 from collections.abc import Collection
 from pathlib import Path
+
+from optgym.toolchain.bitcode_symbols import external_functions
 
 #: Added to a compile whose policy reads the linkage: clang names each call site its heuristic refuses, on stderr,
 #: with no source excerpt under the line (a served build's diagnostics are filtered of these lines).
@@ -108,7 +111,10 @@ def defined_symbols(obj: Path, llvm_nm: str) -> dict[str, str]:
 
 def surviving_functions(module: Path, llvm_nm: str) -> frozenset[str] | None:
     """The functions of ``module`` (bitcode or an object) whose bodies stay whatever a compile inlines: global text
-    symbols. ``None`` when ``llvm-nm`` cannot read it."""
+    symbols. Read from bitcode's own symbol table where it has one (:mod:`optgym.toolchain.bitcode_symbols`, no
+    process started), else by ``llvm-nm``; ``None`` when neither can read it."""
+    if (names := external_functions(module)) is not None:
+        return names
     try:
         kinds = defined_symbols(module, llvm_nm)
     except (OSError, subprocess.CalledProcessError):
