@@ -47,7 +47,7 @@ def test_what_is_not_bitcode_with_a_table_is_left_to_llvm_nm(toolchain, tmp_path
     subprocess.run([str(toolchain.clang), "-Oz", "-c", "m.cpp", "-o", "m.o"], cwd=tmp_path, check=True)
     subprocess.run([str(toolchain.clang), "-Oz", "-c", "-emit-llvm", "m.cpp", "-o", "m.bc"], cwd=tmp_path, check=True)
     assert external_functions(tmp_path / "m.o") is None  # an object: llvm-nm reads it
-    assert "_Z8exportedi" in (surviving_functions(tmp_path / "m.o", str(toolchain.tool("llvm-nm"))) or ())
+    assert "_Z8exportedi" in (surviving_functions(tmp_path / "m.o", toolchain) or ())
     data = (tmp_path / "m.bc").read_bytes()
     assert symbol_table(data) is not None
     (tmp_path / "cut.bc").write_bytes(data[: len(data) // 2])  # cut inside the module block: no table

@@ -86,8 +86,7 @@ class Episode:
         # the callee linkage (optgym.rollout.linkage), for a policy that reads it or an env that hands it out:
         # clang names each call site it refuses on stderr, and the module's bitcode says which functions stay
         self._reads_linkage = read_linkage or PolicyInfo.of(policy).reads_callee_linkage
-        self._surviving = (surviving_functions(module.bitcode, str(toolchain.tool("llvm-nm")))
-                           if self._reads_linkage else None)  # fmt: skip
+        self._surviving = surviving_functions(module.bitcode, toolchain) if self._reads_linkage else None
         if self._reads_linkage:
             extra_flags = [*extra_flags, *REFUSAL_FLAGS]
         self.linkage: CalleeLinkage | None = None  # made at the first decision, when clang's stderr exists
@@ -167,8 +166,7 @@ class Episode:
             raise
         linkage = None
         if channel == 0 and self._reads_linkage:
-            status = "ok" if self._surviving is not None else "the module's symbols could not be read"
-            linkage = self.linkage = CalleeLinkage(self._surviving, self._compile.stderr_fd, status=status)
+            linkage = self.linkage = CalleeLinkage(self._surviving, self._compile.stderr_fd)
         decider = Decider(problem, view, self._policies[channel], self.module.language, linkage=linkage)
         self._deciders[channel] = decider
         return decider

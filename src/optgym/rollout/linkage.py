@@ -34,6 +34,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from optgym.toolchain.bitcode_symbols import external_functions
+from optgym.toolchain.llvm import Toolchain, ToolchainError
 
 #: Added to a compile whose policy reads the linkage: clang names each call site its heuristic refuses, on stderr,
 #: with no source excerpt under the line (a served build's diagnostics are filtered of these lines).
@@ -64,13 +65,13 @@ class CalleeLinkage:
     ``surviving`` is the module's global text symbols, ``None`` where they could not be read: every call site then
     reads as surviving, so a policy adds no inline it would add for a callee that goes. ``stderr_fd`` is the file
     the compile writes its stderr to, read from ``offset`` on with ``pread`` (the compile's own file position,
-    which it shares, never moves)."""
+    which it shares, never moves). ``why`` says why nothing is known, where the caller knows better."""
 
     def __init__(
-        self, surviving: Collection[str] | None, stderr_fd: int | None, offset: int = 0, status: str = "ok"
+        self, surviving: Collection[str] | None, stderr_fd: int | None, offset: int = 0, why: str | None = None
     ) -> None:
         self.surviving = None if surviving is None else frozenset(surviving)
-        self.status = status  # why nothing is known, where it is not
+        self.status = why or ("ok" if surviving is not None else "the module's symbols could not be read")
         self._fd, self._offset, self._partial = stderr_fd, offset, b""
         self._decision: object | None = None  # the observation last asked about, and its answer
         self._answer = True
@@ -109,15 +110,15 @@ def defined_symbols(obj: Path, llvm_nm: str) -> dict[str, str]:
     return {parts[2]: parts[1] for parts in map(str.split, out.splitlines()) if len(parts) == 3}
 
 
-def surviving_functions(module: Path, llvm_nm: str) -> frozenset[str] | None:
+def surviving_functions(module: Path, toolchain: Toolchain) -> frozenset[str] | None:
     """The functions of ``module`` (bitcode or an object) whose bodies stay whatever a compile inlines: global text
     symbols. Read from bitcode's own symbol table where it has one (:mod:`optgym.toolchain.bitcode_symbols`, no
-    process started), else by ``llvm-nm``; ``None`` when neither can read it."""
+    process started), else by ``toolchain``'s ``llvm-nm``; ``None`` when neither can read it."""
     if (names := external_functions(module)) is not None:
         return names
     try:
-        kinds = defined_symbols(module, llvm_nm)
-    except (OSError, subprocess.CalledProcessError):
+        kinds = defined_symbols(module, str(toolchain.tool("llvm-nm")))
+    except (OSError, subprocess.CalledProcessError, ToolchainError):
         return None
     return frozenset(name for name, kind in kinds.items() if kind in SURVIVING_SYMBOLS)
 

@@ -653,7 +653,7 @@ class Server:
         the source has an error, which clang's own compile reports. A command that cannot be split (``work`` is
         ``None``) reads every callee as staying: the policy adds no inline it adds for callees that go."""
         if work is None:
-            return CalleeLinkage(None, None, status=unsplittable(argv[1:]) or "not split")
+            return CalleeLinkage(None, None, why=unsplittable(argv[1:]) or "not split")
         bitcode = bitcode_in(work)
         front = running.compile = spawn([argv[0], *front_end_args(argv[1:], bitcode)],
                                         stderr=diagnostics.fileno(), cwd=cwd, env=env)  # fmt: skip
@@ -664,11 +664,9 @@ class Server:
         if status != 0:
             return None
         if not refusals:
-            return CalleeLinkage(None, None, status="the build asks for missed-optimization remarks itself")
-        surviving = surviving_functions(Path(bitcode), str(self.toolchain.tool("llvm-nm")))
-        why = "ok" if surviving is not None else "the bitcode's symbols could not be read"
+            return CalleeLinkage(None, None, why="the build asks for missed-optimization remarks itself")
         written = os.fstat(diagnostics.fileno()).st_size  # the front end's diagnostics: the compile's come after
-        return CalleeLinkage(surviving, diagnostics.fileno(), offset=written, status=why)
+        return CalleeLinkage(surviving_functions(Path(bitcode), self.toolchain), diagnostics.fileno(), offset=written)
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:

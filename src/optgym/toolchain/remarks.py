@@ -25,15 +25,6 @@ def record_flags(path: Path | str, passes: str) -> list[str]:
     return ["-opt-record-file", str(path), "-opt-record-passes", passes]
 
 
-def driver_record_flags(path: Path | str, passes: str) -> list[str]:
-    """The same as :func:`record_flags` for the clang driver (a build's own command line)."""
-    return [
-        "-fsave-optimization-record",
-        f"-foptimization-record-file={path}",
-        f"-foptimization-record-passes={passes}",
-    ]
-
-
 def _scalar(text: str) -> str:
     """A YAML plain or single-quoted scalar (``'a''b'`` is ``a'b``)."""
     text = text.strip()
