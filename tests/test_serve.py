@@ -154,6 +154,26 @@ def test_simultaneous_compiles_start_one_server_for_cc_and_cxx(tmp_path):
     servers[0].kill()
 
 
+def test_a_server_of_other_code_gets_no_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upgrade replaces the launcher's and the server's files: a server still running the old code (up to its
+    idle time) has another socket, so no compile is sent to it. An untouched install keeps its server."""
+    import optgym_cc
+
+    runtime = tmp_path / "r"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    code = tmp_path / "server.py"
+    code.write_text("# one version\n")
+    monkeypatch.setattr(optgym_cc, "SERVED_BY", (str(code),))
+    policies, clang = [("inline-size", "never")], "/usr/lib/llvm-22/bin/clang"
+    before = optgym_cc._server_socket(policies, clang)
+    assert optgym_cc._server_socket(policies, clang) == before
+    upgraded = tmp_path / "server.py.new"
+    upgraded.write_text("# another version\n")
+    upgraded.replace(code)  # as pip installs a file: a new one in its place
+    assert optgym_cc._server_socket(policies, clang) != before
+
+
 class _Point:
     """What MLPPolicy may read of a decision point; anything else it starts reading fails here loudly."""
 

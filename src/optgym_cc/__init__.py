@@ -55,7 +55,7 @@ import sys
 
 TYPE_CHECKING = False  # typing's own costs an import on every step; mypy reads this name the same way
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 # Only `os` and `sys` at import: a pass-through call (linking, -O2, --version…) must cost no more than
 # the interpreter's start. Serving imports only C modules that load in ~0.2 ms each: `_socket`, not
@@ -68,6 +68,9 @@ if TYPE_CHECKING:
 PROTOCOL = "4"
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "policies", "pretrained")
+#: The code at both ends of the socket: a server started by other code (an upgrade, an edit of an editable
+#: install) is not asked, since its replies could mean something else. Their files' identity keys the socket.
+SERVED_BY = (__file__, os.path.join(os.path.dirname(os.path.dirname(__file__)), "optgym", "serve", "server.py"))
 #: The decisions a launcher can serve: (problem, the environment variable naming its policy, the file of the
 #: policy shipped for it inside the optgym package). Each problem declares these in its own file
 #: (``serve_variable``, ``pretrained``); this is :func:`optgym.serve.server.channels` written out, in the
@@ -426,21 +429,29 @@ def _sha256_hex(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
+def _identity(paths: Sequence[str]) -> list[str]:
+    """Each existing file's real path, inode and modification time: it changes when the file is replaced."""
+    ident: list[str] = []
+    for path in paths:
+        if os.path.exists(path):
+            st = os.stat(path)
+            ident += [os.path.realpath(path), str(st.st_ino), str(st.st_mtime_ns)]
+    return ident
+
+
 def _server_socket(policies: list[tuple[str, str]], clang: str) -> str:
-    """The socket of the server for these policies, toolchain, interpreter and protocol.
+    """The socket of the server for these policies, toolchain, interpreter, protocol and code (:data:`SERVED_BY`).
 
     Keyed by clang's *directory*, not the driver: ``optgym-cc`` and ``optgym-c++`` of one build share
     one server (it runs whichever driver the request names), so a C/C++ project loads the policy once.
     The interpreter is part of the key, so both ends speak the same ``marshal``.
     """
-    ident = [PROTOCOL, os.path.dirname(clang), sys.executable]
+    ident = [PROTOCOL, os.path.dirname(clang), sys.executable, *_identity(SERVED_BY)]
     shipped = {problem: path for problem, _, path in CHANNELS}
     for problem, spec in policies:
         ident += [problem, spec]
         path = shipped[problem] if spec == "pretrained" else spec  # a replaced shipped file gets a new server too
-        if os.path.exists(path):
-            st = os.stat(path)
-            ident += [os.path.realpath(path), str(st.st_ino), str(st.st_mtime_ns)]
+        ident += _identity([path])
     return os.path.join(_runtime_root(), f"serve-{_sha256_hex(chr(0).join(ident).encode())[:16]}.sock")
 
 
