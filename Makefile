@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
-APT_PACKAGES := clang-22 llvm-22 lld-22 python3-venv gcc make cmake util-linux \
+APT_PACKAGES := clang-22 llvm-22 llvm-22-dev lld-22 python3-venv gcc make cmake util-linux \
   bear meson ninja-build autoconf automake libtool libtool-bin pkg-config dpkg-dev csmith libcsmith-dev \
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user qemu-system-arm \
   picolibc-arm-none-eabi
@@ -14,7 +14,8 @@ PYTEST_ARGS ?=
 all: test
 
 ## Debian packages: clang-22 and its tools come from bookworm-security; the arm64 cross libraries, qemu-user,
-## qemu-system-arm and picolibc are for the AArch64 and Cortex-M corpora and tests (docs/targets.md).
+## qemu-system-arm and picolibc are for the AArch64 and Cortex-M corpora and tests (docs/targets.md); llvm-22-dev's
+## headers build optgym's pass plugin (optgym/toolchain/pass_plugin.py).
 system-deps:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	  echo ">> installing Debian packages: $(APT_PACKAGES)"; \
@@ -34,6 +35,8 @@ $(VENV)/.installed: pyproject.toml scripts/optgym-cc scripts/optgym-llvm-ar
 venv: $(VENV)/.installed
 
 setup: system-deps venv
+	@# optgym's pass plugin, built against llvm-22-dev's headers once (else on a linkage policy's first compile)
+	@$(VENV)/bin/python -m optgym.toolchain.pass_plugin >/dev/null
 ## Learning on real code (Debian's demo packages → split → ES → report on the held-out package),
 ## timed: installation included, and the pipeline alone.
 demo:

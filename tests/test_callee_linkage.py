@@ -120,6 +120,10 @@ def test_the_linkage_reads_only_what_clang_wrote_since_the_last_decision(tmp_pat
     assert refused_callee(b"x.cc:3:5: remark: '_Z1fv' not inlined into 'g' because too costly [-Rpass-missed=inline]")
     kept = b"x.cc:1:1: warning: unused [-Wunused]\n"
     assert without_refusals(refusal.format("f").encode() + kept) == kept
+    # a refusal about a call in a header comes under its include stack, which goes with it; a warning's stays
+    stack = b"In file included from x.cc:4:\n\x1b[1mIn file included from\x1b[0m /usr/include/h.h:39:\n"
+    assert without_refusals(kept + stack + refusal.format("f").encode() + stack + kept) == kept + stack + kept
+    assert without_refusals(stack) == stack
     assert CalleeLinkage(None, None).survives(object()) is True  # nothing known: no deleting inline is added
 
 

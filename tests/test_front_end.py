@@ -116,12 +116,14 @@ def test_a_front_end_past_optgym_timeout_falls_back_with_one_warning(tmp_path, m
     the build is told once and compiles plainly, and no bitcode or object is left."""
     from test_serve_fallback import _env, _serve_one
 
+    from optgym.serve import server as server_module
     from optgym.serve.server import Server
 
     source = tmp_path / "many.cpp"  # seconds of front end at -Oz, well past the bound below
     source.write_text("".join(f"template <int N> int f{i}(int x) {{ return x * N + {i}; }}\n"
                               f"int g{i}(int x) {{ return f{i}<{i}>(x); }}\n" for i in range(6000)))  # fmt: skip
     with_gates(allowance_policy(), [*DEFAULT_GATES, "callee_survives"]).save(tmp_path / "policy")
+    monkeypatch.setattr(server_module, "surviving_plugin", lambda _toolchain: None)  # the split: no pass plugin
     server = Server(str(tmp_path / "policy"), "inline-size")
     scratch = tmp_path / "tmp"  # this process's temporary directory: the server runs in it here
     scratch.mkdir()

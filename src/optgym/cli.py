@@ -114,6 +114,10 @@ def doctor() -> None:
 
         lanes = lanes_library(str(tc.clang))  # a served ThinLTO link's backends side by side inside lld
         _doctor_line(f"lanes      {lanes or '[yellow]not built: served ThinLTO backends run one at a time[/]'}")
+        from optgym.toolchain.pass_plugin import surviving_plugin
+
+        plugin = surviving_plugin(tc)  # a linkage policy's compile reads its surviving functions from inside clang
+        _doctor_line(f"plugin     {plugin or '[yellow]not built (llvm-22-dev?): linkage compiles split[/]'}")
     except ToolchainError as e:
         _doctor_line(f"clang      [red]{e}[/]")
         ok = False

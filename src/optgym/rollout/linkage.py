@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from optgym.toolchain.bitcode_symbols import external_functions
@@ -45,6 +45,7 @@ SURVIVING_SYMBOLS = frozenset("T")
 LINKAGE_VERSION = "refusals-1"
 
 _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+_INCLUDE_STACK = re.compile(rb"In file included from ")
 _REFUSAL = re.compile(rb"'([^']*)' not inlined into '[^']*' because .*\[-Rpass-missed=inline\]")
 
 
@@ -55,27 +56,58 @@ def refused_callee(line: bytes) -> str | None:
 
 
 def without_refusals(text: bytes) -> bytes:
-    """``text`` (clang's stderr) without the refusal lines :data:`REFUSAL_FLAGS` asked for: what the build sees."""
-    return b"".join(line for line in text.splitlines(keepends=True) if refused_callee(line) is None)
+    """``text`` (clang's stderr) without the refusal lines :data:`REFUSAL_FLAGS` asked for, nor the include stack
+    (``In file included from …``) clang prints above one about a call in a header: what the build sees."""
+    kept: list[bytes] = []
+    stack: list[bytes] = []  # include-stack lines, whose diagnostic comes next
+    for line in text.splitlines(keepends=True):
+        if _INCLUDE_STACK.match(_ANSI.sub(b"", line)):
+            stack.append(line)
+            continue
+        if refused_callee(line) is None:
+            kept += stack
+            kept.append(line)
+        stack = []
+    return b"".join(kept + stack)
 
 
 class CalleeLinkage:
     """The callee linkage of one running compile, read decision by decision (see the module docstring).
 
-    ``surviving`` is the module's global text symbols, ``None`` where they could not be read: every call site then
-    reads as surviving, so a policy adds no inline it would add for a callee that goes. ``stderr_fd`` is the file
-    the compile writes its stderr to, read from ``offset`` on with ``pread`` (the compile's own file position,
-    which it shares, never moves). ``why`` says why nothing is known, where the caller knows better."""
+    ``surviving`` is the module's global text symbols, or a function that reads them at the first decision (when
+    the compile writes them itself: :mod:`optgym.toolchain.pass_plugin`); ``None`` where they could not be read:
+    every call site then reads as surviving, so a policy adds no inline it would add for a callee that goes.
+    ``stderr_fd`` is the file the compile writes its stderr to, read from ``offset`` on with ``pread`` (the
+    compile's own file position, which it shares, never moves). ``why`` says why nothing is known, where the
+    caller knows better."""
 
     def __init__(
-        self, surviving: Collection[str] | None, stderr_fd: int | None, offset: int = 0, why: str | None = None
+        self,
+        surviving: Collection[str] | Callable[[], Collection[str] | None] | None,
+        stderr_fd: int | None,
+        offset: int = 0,
+        why: str | None = None,
     ) -> None:
-        self.surviving = None if surviving is None else frozenset(surviving)
-        self.status = why or ("ok" if surviving is not None else "the module's symbols could not be read")
+        self._read_surviving = surviving if callable(surviving) else None
+        self._surviving = None if surviving is None or callable(surviving) else frozenset(surviving)
+        self._why = why
         self._fd, self._offset, self._partial = stderr_fd, offset, b""
         self._decision: object | None = None  # the observation last asked about, and its answer
         self._answer = True
         self.callee: str | None = None  # the callee clang named for that decision (``None``: it inlines the site)
+
+    @property
+    def surviving(self) -> frozenset[str] | None:
+        """The module's functions that stay whatever is inlined, ``None`` where they could not be read."""
+        if self._read_surviving is not None:
+            read, self._read_surviving = self._read_surviving(), None
+            self._surviving = None if read is None else frozenset(read)
+        return self._surviving
+
+    @property
+    def status(self) -> str:
+        """``ok``, or why every callee reads as surviving."""
+        return self._why or ("ok" if self.surviving is not None else "the module's symbols could not be read")
 
     def survives(self, decision: object) -> bool:
         """Whether the callee of ``decision`` (the pending observation) stays in the object whatever is inlined.

@@ -82,6 +82,7 @@ from optgym.toolchain.interactive import InteractiveCompile
 from optgym.toolchain.lanes import lanes_library
 from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
+from optgym.toolchain.pass_plugin import SURVIVING_OUT, plugin_flags, read_surviving, surviving_plugin
 from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
 from optgym_cc import direct
 from optgym_cc.thinlto import BACKEND_FLAGS, first_error, link_jobs, without_link_jobs
@@ -192,6 +193,11 @@ class _Running:
 def bitcode_in(work: tempfile.TemporaryDirectory) -> str:
     """Where the front end's bitcode goes in a linkage compile's working directory."""
     return os.path.join(work.name, "front-end.bc")
+
+
+def surviving_in(work: tempfile.TemporaryDirectory) -> str:
+    """Where the pass plugin writes the surviving functions in a linkage compile's working directory."""
+    return os.path.join(work.name, "surviving")
 
 
 def candidate_count(env: dict[str, str]) -> int | None:
@@ -343,14 +349,22 @@ class Server:
         # are not the build's (the plain compile prints its own), so a fallback is one warning line
         diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
         colour = ["-fcolor-diagnostics"] if os.isatty(stderr_fd) else []  # the build's terminal, not the file's
-        # a policy reading the callee's linkage: the front end runs once, and this compile reads its bitcode
+        # a policy reading the callee's linkage, in a compile of one source: the pass plugin names the module's
+        # surviving functions from inside this compile; without the plugin the front end runs apart, once, and
+        # this compile reads its bitcode
         reads_linkage = not backend and any(s.linkage_reader for s in served)
-        split = reads_linkage and unsplittable(argv[1:]) is None
+        readable = reads_linkage and unsplittable(argv[1:]) is None
+        plugin = surviving_plugin(self.toolchain) if readable else None
+        split = readable and plugin is None
         # clang names the callees it refuses on stderr (filtered from the build's diagnostics), unless the build
         # asks for missed-optimization remarks of its own: the policy then reads every callee as staying
-        refusals = split and not any(arg.startswith("-Rpass-missed") for arg in argv)
-        work = tempfile.TemporaryDirectory(prefix="optgym-front-end-") if split else None
-        args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if work else argv[1:]
+        refusals = readable and not any(arg.startswith("-Rpass-missed") for arg in argv)
+        work = tempfile.TemporaryDirectory(prefix="optgym-linkage-") if readable else None
+        args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if split and work else argv[1:]
+        compile_env = env
+        if plugin is not None and work is not None:
+            args = [*args, *plugin_flags(plugin)]
+            compile_env = {**env, SURVIVING_OUT: surviving_in(work)}
         lanes, library = 1, None
         if link:  # its backends side by side, each lld thread on its own lane's channels; BACKEND_FLAGS go to lld
             lanes = min(link_jobs(args), MAX_LANES)  # the link's own --thinlto-jobs / -flto-jobs, else every core
@@ -368,7 +382,7 @@ class Server:
             stdout=stdout_fd,
             stderr=diagnostics.fileno(),
             cwd=cwd,
-            env=env,
+            env=compile_env,
             sessions=link,
             lanes=lanes,
             lane_library=library,
@@ -385,7 +399,7 @@ class Server:
             linkage = None
             if reads_linkage:
                 coloured = [argv[0], *colour, *argv[1:]]  # the front end writes the build's diagnostics
-                linkage = self._linkage(coloured, cwd, env, timeout, running, diagnostics, work, refusals)
+                linkage = self._linkage(coloured, cwd, env, timeout, running, diagnostics, work, refusals, split)
                 if running.gone:
                     return {"fallback": True, "warning": "the launcher went away"}
                 if linkage is None:  # the front end failed on the source: clang's own compile says why, once
@@ -645,28 +659,36 @@ class Server:
         diagnostics: IO[bytes],
         work: tempfile.TemporaryDirectory | None,
         refusals: bool,
+        split: bool,
     ) -> CalleeLinkage | None:
-        """The callee linkage of this compile, for the served policy that reads it (:mod:`optgym.rollout.linkage`),
-        with the front end run once into ``work`` (:mod:`optgym.serve.front_end`): that run writes the build's
-        diagnostics and dependency file, its bitcode says which functions stay, and the policy's compile of it
-        names the callees clang refuses in ``diagnostics`` (with ``refusals``). ``None`` when the front end fails:
-        the source has an error, which clang's own compile reports. A command that cannot be split (``work`` is
-        ``None``) reads every callee as staying: the policy adds no inline it adds for callees that go."""
+        """The callee linkage of this compile, for the served policy that reads it (:mod:`optgym.rollout.linkage`).
+        clang names the callees it refuses in ``diagnostics`` (with ``refusals``), and which functions stay comes
+        from the pass plugin, which writes them into ``work`` from inside the compile
+        (:mod:`optgym.toolchain.pass_plugin`). With ``split`` (no plugin here) the front end runs once into
+        ``work`` instead (:mod:`optgym.serve.front_end`): that run writes the build's diagnostics and dependency
+        file, and its bitcode says which functions stay. ``None`` when that front end fails: the source has an
+        error, which clang's own compile reports. A command with more than one source, or none (``work`` is
+        ``None``), reads every callee as staying: the policy adds no inline it adds for callees that go."""
         if work is None:
             return CalleeLinkage(None, None, why=unsplittable(argv[1:]) or "not split")
-        bitcode = bitcode_in(work)
-        front = running.compile = spawn([argv[0], *front_end_args(argv[1:], bitcode)],
-                                        stderr=diagnostics.fileno(), cwd=cwd, env=env)  # fmt: skip
-        status = wait_exit(front, timeout)
-        if status is None:  # the build hears of it: one warning line, then clang's own compile
-            kill_group(front)
-            raise TimeoutError(f"the front end ran past {timeout:.0f} s")
-        if status != 0:
-            return None
+        written = 0  # where the compile's own stderr starts in ``diagnostics``
+        if split:
+            bitcode = bitcode_in(work)
+            front = running.compile = spawn([argv[0], *front_end_args(argv[1:], bitcode)],
+                                            stderr=diagnostics.fileno(), cwd=cwd, env=env)  # fmt: skip
+            status = wait_exit(front, timeout)
+            if status is None:  # the build hears of it: one warning line, then clang's own compile
+                kill_group(front)
+                raise TimeoutError(f"the front end ran past {timeout:.0f} s")
+            if status != 0:
+                return None
+            written = os.fstat(diagnostics.fileno()).st_size  # the front end's diagnostics: the compile's follow
         if not refusals:
             return CalleeLinkage(None, None, why="the build asks for missed-optimization remarks itself")
-        written = os.fstat(diagnostics.fileno()).st_size  # the front end's diagnostics: the compile's come after
-        return CalleeLinkage(surviving_functions(Path(bitcode), self.toolchain), diagnostics.fileno(), offset=written)
+        if split:
+            return CalleeLinkage(surviving_functions(Path(bitcode_in(work)), self.toolchain), diagnostics.fileno(),
+                                 offset=written)  # fmt: skip
+        return CalleeLinkage(lambda: read_surviving(Path(surviving_in(work))), diagnostics.fileno())
 
     @staticmethod
     def _watch(conn: socket.socket, running: _Running) -> None:

@@ -9,18 +9,16 @@ sequence of sessions, as the one-at-a-time link was, and the host serves every l
 (:class:`optgym.toolchain.interactive.InteractiveCompile` with ``lanes``).
 
 Nothing in LLVM changes: the library rewrites paths passed to libc's ``open`` and only those under the channel
-directory. It is built once with the toolchain's own clang into optgym's cache. Where it cannot be built, a link
-runs its backends one at a time, as before.
+directory. It is built once with the toolchain's own clang into optgym's cache
+(:mod:`optgym.toolchain.native`). Where it cannot be built, a link runs its backends one at a time, as before.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 from pathlib import Path
 
-from optgym.files import cache_root
+from optgym.toolchain.native import built_once
 
 SOURCE = Path(__file__).with_name("lanes.c")
 #: Environment variables the library reads: the directory whose paths it rewrites, and how many lanes exist
@@ -34,25 +32,14 @@ def lanes_library(clang: str) -> str | None:
     """The lanes library built by ``clang`` (once per source and compiler binary, in optgym's cache: ``clang``,
     ``clang++`` and ``clang-22`` are one), or ``None`` if it cannot be built here."""
     clang = os.path.realpath(clang)
-    if clang in _built:
-        return _built[clang]
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + clang.encode()).hexdigest()[:16]
-    library = cache_root() / "lanes" / digest / "liboptgym-lanes.so"
-    if not library.exists():
-        library.parent.mkdir(parents=True, exist_ok=True)
-        partial = library.with_name(f".{library.name}.{os.getpid()}")
-        command = [clang, "-shared", "-fPIC", "-O2", "-w", "-o", str(partial), str(SOURCE), "-ldl"]
-        try:
-            built = subprocess.run(command, capture_output=True, timeout=60).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            built = False
-        if not built:
-            partial.unlink(missing_ok=True)
-            _built[clang] = None
-            return None
-        os.replace(partial, library)  # atomically: a link loading it never reads half a library
-    _built[clang] = str(library)
+    if clang not in _built:
+        library = built_once(
+            "lanes",
+            SOURCE.read_bytes() + clang.encode(),
+            "liboptgym-lanes.so",
+            lambda output: [clang, "-shared", "-fPIC", "-O2", "-w", "-o", str(output), str(SOURCE), "-ldl"],
+        )
+        _built[clang] = None if library is None else str(library)
     return _built[clang]
 
 
