@@ -23,7 +23,7 @@ from optgym.corpus import Corpus
 from optgym.corpus.corpus import DESCRIPTION
 from optgym.corpus.split import apply_split
 from optgym.evaluate.benchmark import BenchmarkError, load_spec, names_digest, resume_args, spec_path
-from optgym.policies import PRETRAINED_PROVENANCE
+from optgym.policies import shipped_provenance
 from optgym.policies.allowance import DEFAULT_GATES
 from optgym.train.es import ESConfig, train_es
 from optgym.train.evaluation import evaluate, summarize
@@ -104,7 +104,7 @@ def _run(*args: str):
 
 def test_the_shipped_spec_pins_the_shipped_rules_corpus():
     spec = load_spec()
-    provenance = json.loads(PRETRAINED_PROVENANCE.read_text())
+    provenance = json.loads(shipped_provenance("rule", "inline-size").read_text())  # the rule's row pins its corpus
     assert spec.corpus["training_packages"] == provenance["training_packages"]
     assert spec.corpus["heldout_packages"] == provenance["heldout_packages"]
     assert sorted(spec.corpus["heldout_packages"]) == provenance["corpus"]["split"]["test_groups"]

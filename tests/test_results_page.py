@@ -20,13 +20,17 @@ from optgym.evaluate.results_page import (
     results_page,
     with_readme_results,
 )
+from optgym.policies import BASELINES as BASELINES_BY_SPEC
+from optgym.policies import shipped_provenance
 from optgym_cc.thinlto import served_by_default
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCES = sorted(PRETRAINED_DIR.glob("*.provenance.json"))
 #: The policies of ThinLTO links' backends: measured on held-out backends and on linked programs (thinlto.json).
 THINLTO = [p for p in PROVENANCES if p.name.endswith("-thinlto.provenance.json")]
-PER_OBJECT = [p for p in PROVENANCES if p not in THINLTO]
+#: The named baselines (``--policy rule``): shipped, served by no default build, so no default build's set names them.
+BASELINES = [shipped_provenance(spec, problem) for spec, files in BASELINES_BY_SPEC.items() for problem in files]
+PER_OBJECT = [p for p in PROVENANCES if p not in THINLTO and p not in BASELINES]
 
 
 def _table_rows(page: str) -> list[list[str]]:
@@ -46,6 +50,14 @@ def test_the_shipped_policies_have_provenance():
         "regalloc-priority.provenance.json",
     }
     assert (PRETRAINED_DIR / PORTFOLIO).is_file()
+
+
+def test_a_baseline_is_listed_as_one_and_named_by_no_default_builds_set():
+    page = results_page()
+    for path in BASELINES:
+        policy = json.loads(path.read_text())["policy"]
+        assert f"`{policy}` (baseline: `--policy " in page and f"### `{policy}`" in page
+        assert f"`{path.name}`" not in page
 
 
 def test_every_unseen_set_appears_with_its_figures():

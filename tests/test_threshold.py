@@ -9,7 +9,7 @@ import pytest
 from conftest import recorded_decisions, traced_decisions
 
 from optgym.corpus import Corpus
-from optgym.policies import resolve_policy
+from optgym.policies import PolicyError, resolve_policy, shipped_path, shipped_provenance
 from optgym.policies.mlp import MLPPolicy
 from optgym.problems import get_problem
 from optgym.problems.normalize import VocabError
@@ -202,3 +202,27 @@ def test_one_decision_at_a_time_decides_as_the_batch(corpus_dir, toolchain):
         one_by_one = np.stack([policy.logits(f[i], int(h[i]), int(c[i])) for i in range(len(f))])
         np.testing.assert_allclose(one_by_one, batched, rtol=1e-12, atol=1e-9)  # a matmul sums in its own order
         assert np.array_equal(one_by_one.argmax(1), batched.argmax(1))
+
+
+def test_the_hand_set_rule_stays_a_named_baseline(corpus_dir, toolchain):
+    """``--policy rule`` is the hand-set inline rule whatever ships as ``pretrained``: a file of its own, the one its
+    provenance describes (a threshold run), that departs from clang's decisions on C++ and only there."""
+    import hashlib
+
+    path, provenance = (
+        shipped_path("rule", "inline-size"),
+        json.loads(shipped_provenance("rule", "inline-size").read_text()),
+    )
+    assert provenance["algorithm"] == "threshold" and provenance["policy"] == path.name
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == provenance["sha256"]
+    rule = resolve_policy("rule").build()
+    departed = {}
+    for module in Corpus(corpus_dir).modules:
+        run = rollout(PROBLEM, module, toolchain, rule)
+        assert run.result.ok, run.result.status
+        departed[module.language] = departed.get(module.language, False) or bool(
+            np.any(run.trajectory.actions != run.trajectory.heuristic)
+        )
+    assert departed == {"C": False, "C++": True}, departed
+    with pytest.raises(PolicyError, match="decides inline-size, not regalloc-evict"):
+        resolve_policy("rule", "regalloc-evict")

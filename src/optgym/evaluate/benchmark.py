@@ -118,7 +118,7 @@ class Entry:
     shared: bool = False  # needs the shared steps (the trace and vocab)
     bound: bool = False  # a per-module search result, not a policy
     manual: bool = False  # trained only when named in --entries (hours of compiles)
-    provenance: str | None = None  # "pretrained" (the shipped one) or a provenance file to check the row with
+    provenance: str | None = None  # "pretrained", a shipped baseline ("rule") or a provenance file to check with
     reproduce: tuple[str, ...] = ()  # how a built-in policy was trained (shown, not run)
 
     def commands(self) -> list[str]:
@@ -637,9 +637,10 @@ def provenance_check(measured: dict[str, dict[str, Any]], provenance: dict[str, 
 
 
 def _provenance(entry: Entry, spec: Spec) -> dict[str, Any]:
-    from optgym.policies import pretrained_provenance
+    from optgym.policies import BASELINES, shipped_provenance
 
-    path = pretrained_provenance(spec.problem) if entry.provenance == "pretrained" else Path(str(entry.provenance))
+    shipped = entry.provenance == "pretrained" or entry.provenance in BASELINES
+    path = shipped_provenance(str(entry.provenance), spec.problem) if shipped else Path(str(entry.provenance))
     if not path.is_absolute() and not path.is_file():
         path = spec.path.parent / path
     return {"path": str(path), **json.loads(path.read_text())}

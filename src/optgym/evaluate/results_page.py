@@ -70,11 +70,24 @@ def _provenances(directory: Path) -> dict[str, dict[str, Any]]:
     return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*.provenance.json"))}
 
 
+def _baselines() -> dict[str, str]:
+    """The provenance files of the named baselines, each with its spec: shipped, but no default build serves them."""
+    from optgym.policies import BASELINES
+
+    return {
+        str(Path(file).with_suffix(".provenance.json")): spec
+        for spec, files in BASELINES.items()
+        for file in files.values()
+    }
+
+
 def _shipped(provenances: dict[str, dict[str, Any]], portfolio: dict[str, Any] | None) -> list[str]:
+    baselines = _baselines()
     rows = [
-        [f"`{p['policy']}`", p["problem"], p["algorithm"], p["created"][:10], f"`{p['command']}`"]
-        for p in provenances.values()
-    ]
+        [f"`{p['policy']}`" + (f" (baseline: `--policy {baselines[name]}`)" if name in baselines else ""),
+         p["problem"], p["algorithm"], p["created"][:10], f"`{p['command']}`"]
+        for name, p in provenances.items()
+    ]  # fmt: skip
     if portfolio:
         chosen = portfolio["chosen_on"]
         rows.append([f"`{PORTFOLIO}`", f"portfolio for {portfolio['family']}",
@@ -382,7 +395,7 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
         SIZES,
         "",
         *_shipped(provenances, portfolio),
-        *_unseen(provenances),
+        *_unseen({name: p for name, p in provenances.items() if name not in _baselines()}),
         *(line for target, data in portfolios for line in _portfolio(data, target)),
         *(line for target, plan in _per_target(directory, THINLTO_PLAN) for line in _thinlto_plan(plan, target)),
         *_per_policy(provenances),

@@ -6,8 +6,8 @@ worker (no per-decision round trip to the parent), and its :attr:`PolicyFactory.
 
 Specs: ``heuristic``, ``never``, ``always``, ``random`` (``random:SEED``), ``pretrained`` (the policy
 shipped inside the package for the problem at hand — :data:`PRETRAINED` for inlining — with its
-provenance beside it); trained policies (run directories, snapshots, exported files) register a
-resolver with :func:`register_resolver`.
+provenance beside it), ``rule`` (the hand-set inline rule, a named baseline: :data:`BASELINES`); trained policies
+(run directories, snapshots, exported files) register a resolver with :func:`register_resolver`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,27 @@ def pretrained_provenance(problem: str) -> Path:
     return pretrained_path(problem).with_suffix(".provenance.json")
 
 
+#: Baselines shipped by name beside the pretrained policies (spec → problem → file in PRETRAINED_DIR): the policies a
+#: learned one has to beat stay at hand when another ships as ``pretrained``. ``rule`` is the hand-set C++ inline
+#: rule (clang's threshold moved by a margin for callees with few users, tuned by ``optgym train threshold``).
+BASELINES: dict[str, dict[str, str]] = {"rule": {"inline-size": "inline-size-rule.onnx"}}
+
+
+def shipped_path(spec: str, problem: str) -> Path:
+    """The file a shipped spec names for ``problem``: ``pretrained`` or a baseline of :data:`BASELINES`."""
+    if spec == "pretrained":
+        return pretrained_path(problem)
+    files = BASELINES[spec]
+    if problem not in files:
+        raise PolicyError(f"the {spec!r} baseline decides {', '.join(files)}, not {problem}")
+    return PRETRAINED_DIR / files[problem]
+
+
+def shipped_provenance(spec: str, problem: str) -> Path:
+    """The provenance beside the file :func:`shipped_path` names."""
+    return shipped_path(spec, problem).with_suffix(".provenance.json")
+
+
 @dataclass(frozen=True)
 class PolicyFactory:
     """A picklable recipe for a policy. ``build(seed)`` runs in the worker that uses the policy."""
@@ -123,10 +144,10 @@ def resolve_policy(spec: str, problem: str = "inline-size") -> PolicyFactory:
         )
     if name in SIMPLE_POLICIES:
         return PolicyFactory(spec, name, _simple, (name,))
-    if spec == "pretrained":
-        shipped = pretrained_path(problem)
+    if spec == "pretrained" or spec in BASELINES:
+        shipped = shipped_path(spec, problem)
         if not shipped.exists():
-            raise PolicyError(f"this optgym ships no pretrained {problem} policy ({shipped} is missing)")
+            raise PolicyError(f"this optgym ships no {spec} {problem} policy ({shipped} is missing)")
         spec = str(shipped)
     path = Path(spec)
     if path.exists():
@@ -134,11 +155,12 @@ def resolve_policy(spec: str, problem: str = "inline-size") -> PolicyFactory:
             if (factory := resolver(path)) is not None:
                 return factory
         raise PolicyError(f"{spec} is not a policy optgym can load (no resolver recognises it)")
-    known = ", ".join(sorted([*SIMPLE_POLICIES, "pretrained"]))
+    known = ", ".join(sorted([*SIMPLE_POLICIES, "pretrained", *BASELINES]))
     raise PolicyError(f"unknown policy {spec!r}: not one of {known}, random:SEED, nor an existing path")
 
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_GUARD_BELOW",
     "PRETRAINED",
     "PRETRAINED_NAMES",
@@ -152,6 +174,8 @@ __all__ = [
     "pretrained_provenance",
     "register_resolver",
     "resolve_policy",
+    "shipped_path",
+    "shipped_provenance",
 ]
 
 
