@@ -82,17 +82,20 @@ def _build(toolchain: Toolchain) -> Path | None:
 
 
 def _works(toolchain: Toolchain, plugin: Path) -> bool:
-    """Whether clang loads ``plugin`` and it names the one function of a tiny C module."""
+    """Whether clang loads ``plugin`` and it names the external functions of a tiny C module, not its static one."""
     with tempfile.TemporaryDirectory(prefix="optgym-plugin-") as work:
         out = Path(work) / "surviving"
         command = [str(toolchain.clang), "-x", "c", "-", "-Oz", "-c", "-o", os.devnull, *plugin_flags(plugin)]
         env = {**os.environ, SURVIVING_OUT: str(out)}
         try:
-            subprocess.run(command, input=b"int f(void) { return 0; }\nstatic int g(void) { return 1; }\n",
+            subprocess.run(command, input=b"static int g(int x) { return x + 1; }\nint f(int x) { return g(x); }\n",
                            capture_output=True, check=True, timeout=60, env=env)  # fmt: skip
         except (OSError, subprocess.SubprocessError):
             return False
         return read_surviving(out) == {"f"}
+
+
+__all__ = ["SURVIVING_OUT", "plugin_flags", "read_surviving", "surviving_plugin"]
 
 
 def main() -> None:
@@ -105,6 +108,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-__all__ = ["SURVIVING_OUT", "plugin_flags", "read_surviving", "surviving_plugin"]
