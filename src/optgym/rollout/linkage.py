@@ -11,10 +11,11 @@ into 'caller' because too costly to inline``) *before* the channel asks the host
 none for a decision it would inline (checked over 3 500 decisions, and by tests/test_callee_linkage.py). So the
 policy's own compile names the callee of every decision where an extra inline is possible, in time:
 
-1. the module's bitcode, before any pass, lists its functions' linkage in the symbol table LLVM writes into it
-   for linkers. A global text symbol (``llvm-nm``'s ``T``: an ``external`` definition) stays whatever is inlined;
-   weak, local and ``available_externally`` ones can go, and a non-LTO compile changes no external definition's
-   linkage;
+1. the module, before any pass, says which of its functions are ``external`` definitions: those stay whatever is
+   inlined; weak, local and ``available_externally`` ones can go, and a non-LTO compile changes no external
+   definition's linkage. Where the compile starts from bitcode (training, ``optgym evaluate``) the symbol table
+   LLVM writes into it for linkers lists them as global text symbols (``llvm-nm``'s ``T``); a served compile
+   from source has optgym's pass plugin write them from inside clang (:mod:`optgym.toolchain.pass_plugin`);
 2. at each decision :meth:`CalleeLinkage.survives` reads what clang wrote to stderr since the last one. A
    refusal names this call site's callee; no refusal means clang inlines the site itself, and the site reads as
    surviving (no deleting inline to add there; an allowance keeps clang's yes anyway).
