@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from optgym.serve.front_end import from_bitcode_args, front_end_args
+from optgym.serve.guard import reference_args
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.pass_plugin import SURVIVING_OUT, plugin_flags, surviving_plugin
 
@@ -37,27 +38,15 @@ WAYS = ("plain", "plugin", "split")
 
 
 def compile_commands(build: Path, files: int) -> list[tuple[list[str], str]]:
-    """The first ``files`` -c compiles of ``build`` as (arguments without the driver, directory), each with its
-    ``-o`` and dependency options removed: the bench names its own outputs."""
+    """The first ``files`` -c compiles of ``build`` as (arguments without the driver, directory)."""
     database = json.loads(subprocess.run(["ninja", "-C", str(build), "-t", "compdb"], capture_output=True,
                                          text=True, check=True).stdout)  # fmt: skip
-    chosen: list[tuple[list[str], str]] = []
-    for entry in database:
-        argv = shlex.split(entry["command"])
-        if "-c" not in argv or not entry["file"].endswith((".c", ".cc", ".cpp", ".cxx")):
-            continue
-        kept, skip = [], False
-        for arg in argv[1:]:
-            if skip:
-                skip = False
-            elif arg in ("-o", "-MF", "-MT", "-MQ"):
-                skip = True
-            elif arg not in ("-MD", "-MMD"):
-                kept.append(arg)
-        chosen.append((kept, entry["directory"]))
-        if len(chosen) == files:
-            break
-    return chosen
+    chosen = [
+        (shlex.split(entry["command"])[1:], entry["directory"])
+        for entry in database
+        if "-c" in shlex.split(entry["command"]) and entry["file"].endswith((".c", ".cc", ".cpp", ".cxx"))
+    ]
+    return chosen[:files]
 
 
 def cpu_of(commands: list[tuple[list[str], dict[str, str] | None]], cwd: str) -> float:
@@ -90,10 +79,10 @@ def main() -> int:
         plugin_env = {**os.environ, SURVIVING_OUT: surviving}
         for round_ in range(options.rounds):
             for i, (args, cwd) in enumerate(commands):
-                ways = {
-                    "plain": [([clang, *args, "-o", out["plain"]], None)],
-                    "plugin": [([clang, *args, "-o", out["plugin"], *plugin_flags(plugin)], plugin_env)],
-                    "split": [([clang, *front_end_args([*args, "-o", out["split"]], bitcode)], None),
+                ways = {  # each writes its own object and no dependency file (the server's own rewriting)
+                    "plain": [([clang, *reference_args(args, out["plain"])], None)],
+                    "plugin": [([clang, *reference_args(args, out["plugin"]), *plugin_flags(plugin)], plugin_env)],
+                    "split": [([clang, *front_end_args(reference_args(args, out["split"]), bitcode)], None),
                               ([clang, *from_bitcode_args(args, bitcode, out["split"])], None)],
                 }  # fmt: skip
                 order = WAYS[(round_ + i) % 3 :] + WAYS[: (round_ + i) % 3]
