@@ -536,12 +536,15 @@ def pattern_command(
     halves: Annotated[
         bool, typer.Option(help="keep a move only if neither half of the sample (split by package) grows")
     ] = False,
+    order: Annotated[
+        str, typer.Option(help="seeded: coordinates in turn, in a seeded order | ranked: probe all, best move first")
+    ] = "seeded",
     sweeps: Annotated[
         int | None, typer.Option(help="sweeps over the coordinates (default 8; with --resume: a new total)")
     ] = None,
     max_compiles: Annotated[int, typer.Option(help="stop once this many compiles are spent")] = 8000,
     workers: Workers = None,
-    seed: Annotated[int, typer.Option(help="seed of the sample's draw and of the coordinate order")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of the sample's draw and (seeded) of the coordinate order")] = 0,
     timeout: Timeout = 120.0,
     final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
     resume: Annotated[Path | None, typer.Option(help="continue this run after its latest sweep")] = None,
@@ -561,7 +564,8 @@ def pattern_command(
         cfg = PatternConfig(corpus=str(corpus), output=str(output), split=split, language=language,
                             sample=sample or None, hold_out_every=hold_out_every, gates=_allowance_gates(allowance),
                             warmstart=str(warmstart) if warmstart else None,
-                            step=step, min_step=min_step, max_worse=max_worse, halves=halves, sweeps=sweeps or 8,
+                            step=step, min_step=min_step, max_worse=max_worse, halves=halves, order=order,
+                            sweeps=sweeps or 8,
                             max_compiles=max_compiles, workers=workers, seed=seed, timeout=timeout,
                             final_eval=final_eval)  # fmt: skip
         train_pattern(cfg, say=console.print)
