@@ -59,7 +59,7 @@ def test_a_replayed_candidate_compiles_to_the_size_the_replay_gives(corpus_dir, 
 
     def compiled(bias: float) -> Recorded:
         out = compile_recorded(PatternTask("inline-size", source, zoo.name, template, _with_bias(policy, bias), 120.0))
-        return Recorded(out["inputs"], out["actions"], out["text_bytes"])
+        return Recorded(out["inputs"], out["actions"], out["text_bytes"], out["heuristic_text_bytes"])
 
     recorded = compiled(0.25)
     assert len(recorded.actions) and recorded.inputs.shape == (len(recorded.actions), len(policy.extras))
@@ -151,6 +151,26 @@ def test_a_ranked_sweep_spends_the_cap_on_regressions_last():
     free, costly, fewer = Measured(990, 1100, 1, 0, 0), Measured(900, 1100, 2, 0, 0), Measured(995, 1100, 0, 0, 0)
     assert sorted([costly, free, fewer], key=lambda m: ranking(m, current)) == [fewer, free, costly]
     assert ranking(Measured(980, 1100, 1, 0, 0), current) < ranking(free, current), "then the fewest bytes"
+
+
+def test_the_trajectory_store_changes_what_a_search_compiles_never_what_it_finds(corpus_dir, tmp_path, monkeypatch):
+    """A second run of the same recipe replays the first's trajectories from the store: it compiles nothing, yet
+    every row of its progress (candidates, totals, the compile count its budget is held to) is the first's, and
+    both are a run's without the store."""
+    monkeypatch.setenv("OPTGYM_CACHE_DIR", str(tmp_path / "cache"))
+    options = {"sweeps": 2, "step": 0.5, "min_step": 0.125, "order": "ranked"}
+    results = {}
+    for name, store in (("first", True), ("second", True), ("without", False)):
+        results[name] = train_pattern(_config(corpus_dir, tmp_path / name, store=store, **options), say=lambda s: None)
+
+    def rows(name: str) -> list[dict[str, str]]:
+        return [{k: v for k, v in r.items() if k != "from_store"}
+                for r in csv.DictReader((tmp_path / name / "progress.csv").open())]  # fmt: skip
+
+    assert rows("first") == rows("second") == rows("without") and len(rows("first")) > 2
+    assert results["first"]["from_store"] == 0 and results["without"]["from_store"] == 0
+    assert results["second"]["from_store"] == results["second"]["compiles"] > 0, "the second run compiled"
+    assert any((tmp_path / "cache" / "trajectories").rglob("*.npz"))
 
 
 def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path):

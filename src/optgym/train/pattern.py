@@ -33,7 +33,9 @@ there (clang's answer, the cost margin, the gates), and clang is deterministic, 
 its trajectory of (inputs, decision). Each compile's trajectory is kept. A candidate that gives every recorded
 state of a module the decision recorded there would reach the same states and the same object, so its size is
 known without compiling. Only the modules where a candidate changes a decision are compiled, and a small step
-changes few. The replay is checked: a compiled trajectory that its own policy would not reproduce is counted
+changes few. The trajectories are also kept on disk (:class:`TrajectoryStore`), so a second seed, or a run resumed
+in a new process, replays what earlier runs compiled; the store is counted as compiles where the run would have
+compiled, so it changes only how long a run takes. The replay is checked: a compiled trajectory that its own policy would not reproduce is counted
 (``replay_mismatches``), and the figures a claim rests on come from ``optgym evaluate``, never from the cache.
 
 Steps are powers of two, so every weight is a dyadic fraction that float32 (how a policy is stored) holds
@@ -106,6 +108,7 @@ class PatternConfig:
     max_worse: float = 0.02  # largest share of the sample's modules more than 1 % larger than clang's
     halves: bool = False  # keep a move only if neither half of the sample (split by package) grows: :func:`improves`
     order: str = "seeded"  # seeded: each coordinate in turn, in a seeded order; ranked: probe all, take best first
+    store: bool = True  # replay other runs' trajectories of the same modules and layout (TrajectoryStore)
     sweeps: int = 8
     max_compiles: int = 8000
     workers: int | None = None
@@ -174,6 +177,7 @@ class Recorded:
     inputs: np.ndarray  # [T, E] the allowance's derived inputs at each decision
     actions: np.ndarray  # [T] the decisions taken
     text_bytes: int
+    heuristic_text_bytes: int  # clang's own size of the module
 
 
 def inline_logit(policy: MLPPolicy) -> tuple[np.ndarray, float]:
@@ -186,6 +190,56 @@ def inline_logit(policy: MLPPolicy) -> tuple[np.ndarray, float]:
 def replays(record: Recorded, weights: np.ndarray, bias: float) -> bool:
     """Whether a candidate with these inline weights takes every decision of ``record`` as recorded there."""
     return bool(np.array_equal(record.inputs @ weights + bias > 0.0, record.actions == 1))
+
+
+class TrajectoryStore:
+    """Every compiled trajectory of a module under one allowance layout, kept on disk beside the other caches
+    (``<cache>/trajectories``), so that another run (a second seed, a resumed run) replays what this one compiled.
+
+    It changes how long a search takes, never what it finds: a trajectory taken from the store is counted as a
+    compile, exactly where the run would have compiled it without the store (:meth:`Sample.measure`), so the
+    budget runs out at the same candidate. The key holds what a trajectory depends on: the module's bitcode, the
+    problem's flags, the compiler, and the layout of the inputs the allowance reads."""
+
+    def __init__(self, policy: MLPPolicy, problem_name: str, root: Path | None = None) -> None:
+        from optgym.corpus.cache import ResultCache
+
+        problem, toolchain = problem_context(problem_name)
+        self.cache = ResultCache("trajectories", root)
+        self.parts = [problem.name, *problem.compile_flags(), toolchain.identity, *policy.extras,
+                      f"languages={policy.languages}"]  # fmt: skip
+        self.loaded: dict[str, list[Recorded]] = {}
+
+    def _directory(self, digest: str) -> Path:
+        key = self.cache.key([digest, *self.parts])
+        return self.cache.directory / key[:2] / key
+
+    def records(self, digest: str) -> list[Recorded]:
+        """The module's stored trajectories (read once per run)."""
+        if digest not in self.loaded:
+            found = []
+            for path in sorted(self._directory(digest).glob("*.npz")):
+                try:
+                    with np.load(path) as f:
+                        found.append(Recorded(f["inputs"], f["actions"], int(f["text_bytes"]),
+                                              int(f["heuristic_text_bytes"])))  # fmt: skip
+                except (OSError, ValueError, KeyError):  # a file cut short by a kill: compiled again instead
+                    continue
+            self.loaded[digest] = found
+        return self.loaded[digest]
+
+    def add(self, digest: str, record: Recorded) -> None:
+        import hashlib
+        import io
+
+        from optgym.files import atomic_write_bytes
+
+        name = hashlib.sha256(record.actions.tobytes() + record.inputs.tobytes()).hexdigest()[:24]
+        buf = io.BytesIO()
+        np.savez_compressed(buf, inputs=record.inputs, actions=record.actions, text_bytes=record.text_bytes,
+                            heuristic_text_bytes=record.heuristic_text_bytes)  # fmt: skip
+        atomic_write_bytes(self._directory(digest) / f"{name}.npz", buf.getvalue())
+        self.records(digest).append(record)
 
 
 @dataclass
@@ -212,9 +266,12 @@ class Sample:
         self.names = [m.name for m in modules]
         self.half = sample_halves(self.names, cfg.seed)
         self.sources = dict(zip(self.names, portable_modules(modules, cfg.workers), strict=True))
+        self.digests = {m.name: m.digest for m in modules}
+        self.store = TrajectoryStore(policy, cfg.problem) if cfg.store else None
         self.recorded: dict[str, list[Recorded]] = {name: [] for name in self.names}
         self.heuristic: dict[str, int] = {}
-        self.compiles = 0
+        self.compiles = 0  # what the run would have compiled without the store, the budget's count
+        self.from_store = 0  # of those, the trajectories the store held
         self.mismatches = 0
 
     def measure(self, params: np.ndarray, say: Callable[[str], Any]) -> Measured:
@@ -227,11 +284,22 @@ class Sample:
             if hit is not None:
                 sizes[name] = hit.text_bytes
         missing = [name for name in self.names if name not in sizes]
+        self.compiles += len(missing)  # a trajectory from the store too: the budget ends where it would without it
+        compile_now = []
+        for name in missing:
+            stored = self.store.records(self.digests[name]) if self.store else []
+            hit = next((r for r in stored if replays(r, weights, bias)), None)
+            if hit is None:
+                compile_now.append(name)
+                continue
+            self.from_store += 1
+            self.heuristic.setdefault(name, hit.heuristic_text_bytes)
+            self.recorded[name].append(hit)
+            sizes[name] = hit.text_bytes
         tasks = [PatternTask(self.cfg.problem, self.sources[name], name, self.template, params, self.cfg.timeout,
-                             baseline=name not in self.heuristic) for name in missing]  # fmt: skip
+                             baseline=name not in self.heuristic) for name in compile_now]  # fmt: skip
         failed = 0
         for _, out in run_tasks(compile_recorded, tasks, workers=self.cfg.workers, progress=False) if tasks else ():
-            self.compiles += 1
             name = out["module"]
             if "text_bytes" not in out:  # counted at clang's size, as a served build falls back to clang's object
                 failed += 1
@@ -239,9 +307,11 @@ class Sample:
                 continue
             if "heuristic_text_bytes" in out:  # the module's first compile
                 self.heuristic[name] = out["heuristic_text_bytes"]
-            record = Recorded(out["inputs"], out["actions"], out["text_bytes"])
+            record = Recorded(out["inputs"], out["actions"], out["text_bytes"], self.heuristic[name])
             if not replays(record, weights, bias):
                 self.mismatches += 1
+            elif self.store:  # a trajectory its own weights would not take again is not worth keeping
+                self.store.add(self.digests[name], record)
             self.recorded[name].append(record)
             sizes[name] = record.text_bytes
         known = [name for name in self.names if name in self.heuristic]
@@ -252,7 +322,7 @@ class Sample:
         def half(h: int) -> int:
             return sum(sizes.get(name, self.heuristic[name]) for name in known if self.half[name] == h)
 
-        return Measured(total, clang, worse, len(tasks), failed, (half(0), half(1)))
+        return Measured(total, clang, worse, len(missing), failed, (half(0), half(1)))
 
 
 def sample_halves(names: Sequence[str], seed: int) -> dict[str, int]:
@@ -421,7 +491,7 @@ def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[st
         csv.write({"sweep": sweep, "evaluation": evaluation, "phase": phase, "coordinate": names[k],
                    "value": float(trial[coordinates[k]]), "total_ratio": measured.ratio, "worse": measured.worse,
                    "better": int(better), "kept": int(kept), "compiles": spent(), "failed": measured.failed,
-                   "replay_mismatches": sample.mismatches})  # fmt: skip
+                   "replay_mismatches": sample.mismatches, "from_store": sample.from_store})  # fmt: skip
 
     def keep(k: int, sign: float, trial: np.ndarray, measured: Measured) -> None:
         nonlocal theta, current
@@ -472,8 +542,8 @@ def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[st
         writer.flush()
         save(sweep)
         weights = ", ".join(f"{n} {w:+.4f}" for n, w in zip(names, theta[coordinates], strict=True))
-        say(f"sweep {sweep}: {current.ratio:.4f} of clang's bytes, {current.worse} worse, {spent()} compiles, "
-            f"{time.perf_counter() - start:.0f} s; {weights}")  # fmt: skip
+        say(f"sweep {sweep}: {current.ratio:.4f} of clang's bytes, {current.worse} worse, {spent()} compiles "
+            f"({sample.from_store} from the store), {time.perf_counter() - start:.0f} s; {weights}")  # fmt: skip
     writer.close()
     final = policy.with_parameters(theta)
     final.save(run / "final" / "policy")
@@ -482,7 +552,7 @@ def train_pattern(cfg: PatternConfig, *, resume: bool = False, say: Callable[[st
         say(f"it ends past the cap: {current.worse} modules > 1 % worse, the cap {cap}")
     head = {"algorithm": "pattern", "sweeps": sweep, "compiles": spent(), "sample_ratio": current.ratio,
             "sample_worse": current.worse, "sample_modules": len(modules),
-            "replay_mismatches": sample.mismatches}  # fmt: skip
+            "replay_mismatches": sample.mismatches, "from_store": sample.from_store}  # fmt: skip
     return evaluate_final(run, cfg.corpus, cfg.split, head, enabled=cfg.final_eval, workers=cfg.workers,
                           timeout=cfg.timeout, problem=cfg.problem, say=say)  # fmt: skip
 
