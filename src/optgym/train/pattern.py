@@ -35,8 +35,9 @@ state of a module the decision recorded there would reach the same states and th
 known without compiling. Only the modules where a candidate changes a decision are compiled, and a small step
 changes few. The trajectories are also kept on disk (:class:`TrajectoryStore`), so a second seed, or a run resumed
 in a new process, replays what earlier runs compiled; the store is counted as compiles where the run would have
-compiled, so it changes only how long a run takes. The replay is checked: a compiled trajectory that its own policy would not reproduce is counted
-(``replay_mismatches``), and the figures a claim rests on come from ``optgym evaluate``, never from the cache.
+compiled, so it changes only how long a run takes. The replay is checked: a compiled trajectory that its own
+policy would not reproduce is counted (``replay_mismatches``) and not stored, and the figures a claim rests on come
+from ``optgym evaluate``, never from the cache.
 
 Steps are powers of two, so every weight is a dyadic fraction that float32 (how a policy is stored) holds
 exactly: the saved policy decides as the searched one did. A warm start's weights are first snapped to multiples
