@@ -50,6 +50,8 @@ the search state) and ``final/policy``; ``--resume RUN`` continues from the late
 
 from __future__ import annotations
 
+import hashlib
+import io
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -59,8 +61,10 @@ from typing import Any
 import numpy as np
 
 from optgym.corpus import Corpus, Module
+from optgym.corpus.cache import ResultCache
 from optgym.corpus.portable import PortableModule, local_module, portable_modules
 from optgym.corpus.split import draw_by_size, group_of
+from optgym.files import atomic_write_bytes
 from optgym.parallel import run_tasks
 from optgym.parallel.portable import PortablePath, local_path, portable_path
 from optgym.policies.allowance import DEFAULT_GATES, allowance_policy, describe, trainable
@@ -203,8 +207,6 @@ class TrajectoryStore:
     problem's flags, the compiler, and the layout of the inputs the allowance reads."""
 
     def __init__(self, policy: MLPPolicy, problem_name: str, root: Path | None = None) -> None:
-        from optgym.corpus.cache import ResultCache
-
         problem, toolchain = problem_context(problem_name)
         self.cache = ResultCache("trajectories", root)
         self.parts = [problem.name, *problem.compile_flags(), toolchain.identity, *policy.extras,
@@ -230,11 +232,6 @@ class TrajectoryStore:
         return self.loaded[digest]
 
     def add(self, digest: str, record: Recorded) -> None:
-        import hashlib
-        import io
-
-        from optgym.files import atomic_write_bytes
-
         name = hashlib.sha256(record.actions.tobytes() + record.inputs.tobytes()).hexdigest()[:24]
         buf = io.BytesIO()
         np.savez_compressed(buf, inputs=record.inputs, actions=record.actions, text_bytes=record.text_bytes,
