@@ -29,8 +29,13 @@ class ResultCache:
     def key(parts: Sequence[str]) -> str:
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
+    def sharded(self, key: str) -> Path:
+        """``<namespace>/<key[:2]>/<key>``: two hex digits of fan-out keep a directory's listing short. A JSON
+        entry adds ``.json``; a caller keeping several files per key (the trajectory store) uses it as a folder."""
+        return self.directory / key[:2] / key
+
     def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.json"
+        return self.sharded(key).with_suffix(".json")
 
     def get(self, key: str) -> dict[str, Any] | None:
         try:

@@ -214,8 +214,7 @@ class TrajectoryStore:
         self.loaded: dict[str, list[Recorded]] = {}
 
     def _directory(self, digest: str) -> Path:
-        key = self.cache.key([digest, *self.parts])
-        return self.cache.directory / key[:2] / key
+        return self.cache.sharded(self.cache.key([digest, *self.parts]))
 
     def records(self, digest: str) -> list[Recorded]:
         """The module's stored trajectories (read once per run)."""
