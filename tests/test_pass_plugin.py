@@ -31,8 +31,9 @@ def plugin(toolchain) -> Path:
 
 @pytest.mark.parametrize("target", TARGETS, ids=["x86-64", "aarch64", "cortex-m4"])
 def test_the_plugin_names_the_bitcodes_external_definitions_and_changes_no_object(toolchain, plugin, tmp_path, target):
-    """What the plugin writes is the symbol table's set of the front end's bitcode (external definitions: not the
-    static, inline, template, weak or anonymous ones), and the object is byte-identical to clang's without it."""
+    """Where no address is taken, what the plugin writes is the symbol table's set of the front end's bitcode
+    (external definitions: not the static, inline, template, weak or anonymous ones), and the object is
+    byte-identical to clang's without it."""
     (tmp_path / "m.cpp").write_text(SOURCE)
     clang = [str(toolchain.clang), *target, "-Oz", "-c", "m.cpp"]
     subprocess.run([*clang, "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-o", "m.bc"], cwd=tmp_path, check=True)
@@ -44,6 +45,35 @@ def test_the_plugin_names_the_bitcodes_external_definitions_and_changes_no_objec
     assert named is not None and {"_Z8exportedi", "_Z10hidden_onei"} <= named
     assert filecmp.cmp(tmp_path / "plain.o", tmp_path / "plugin.o", shallow=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bc", "m.cpp", "plain.o", "plugin.o", "surviving"]
+
+
+#: A vtable's destructors and methods and a stored callback have their address taken; ``only_called`` does not.
+ADDRESSED = r"""
+extern int sink(int);
+struct Shape { virtual ~Shape() { sink(1); } virtual int area() const { return sink(2); } };
+struct Square : Shape { int area() const override { return sink(4); } };
+static int callback(int x) { return sink(x); }
+inline int only_called(int x) { return sink(x + 3); }
+int (*registered)(int) = callback;
+Shape *make() { return new Square; }
+int use(int x) { return only_called(x); }
+"""
+
+
+def test_the_plugin_also_names_functions_whose_address_is_taken(toolchain, plugin, tmp_path):
+    """A virtual destructor is ``linkonce_odr`` and called once (by the deleting destructor), but its vtable slot
+    keeps it: the plugin names it with the vtable's other functions and a stored static callback, beside the
+    external definitions, and leaves out an inline function that is only called."""
+    (tmp_path / "m.cpp").write_text(ADDRESSED)
+    clang = [str(toolchain.clang), "-Oz", "-c", "m.cpp"]
+    subprocess.run([*clang, "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-o", "m.bc"], cwd=tmp_path, check=True)
+    env = {**os.environ, SURVIVING_OUT: str(tmp_path / "surviving")}
+    subprocess.run([*clang, "-o", "m.o", *plugin_flags(plugin)], cwd=tmp_path, check=True, env=env)
+    named = read_surviving(tmp_path / "surviving")
+    external = external_functions(tmp_path / "m.bc")
+    assert named is not None and external is not None and external < named
+    assert {"_ZL8callbacki", "_ZN5ShapeD2Ev", "_ZN5ShapeD0Ev", "_ZNK6Square4areaEv"} <= named - external
+    assert not any("only_called" in name for name in named)
 
 
 def test_without_the_variable_the_plugin_writes_nothing(toolchain, plugin, tmp_path):
@@ -59,7 +89,8 @@ def test_a_served_linkage_compile_decides_alike_with_the_plugin_and_with_the_spl
     """Compiles of policies that read ``callee_survives``, served with the plugin (one clang process) and with the
     front end split off (where no plugin can be built): the same object, byte for byte, for each policy, and the
     weight on ``callee_survives`` changes it, so both ways read the linkage. The build sees none of the refusal
-    lines, and nothing is left in the temporary directory."""
+    lines, and nothing is left in the temporary directory. The source takes no function's address: the split reads
+    the external definitions alone, where the plugin also names the functions whose address is taken."""
     (tmp_path / "calls.cpp").write_text(CALLS)
     scratch = tmp_path / "tmp"
     scratch.mkdir()

@@ -19,7 +19,8 @@ Derived inputs are named, and the names are stored with the policy:
   (:attr:`optgym.corpus.Module.language`) and the compile's in a served build
   (:func:`optgym.toolchain.language.driver_language`);
 * ``callee_survives`` — ``1`` where the call site's callee stays in the object whatever is inlined (an
-  ``external`` function of this translation unit): inlining such a callee is pure growth, where inlining a
+  ``external`` function of this translation unit, or one whose address is taken: a vtable's slot keeps a virtual
+  destructor): inlining such a callee is pure growth, where inlining a
   ``linkonce_odr`` one can delete its last copy. clang never sends linkage; the loop that asks the policy
   supplies it from the compile itself (:mod:`optgym.rollout.linkage`): clang names the callee of each call site
   its heuristic refuses, and a call site it inlines itself reads ``1``;

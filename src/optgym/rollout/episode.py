@@ -6,8 +6,9 @@ Both the gymnasium env (one ``step`` per decision, a policy outside) and the in-
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -20,6 +21,7 @@ from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
 from optgym.rollout.linkage import REFUSAL_FLAGS, CalleeLinkage, surviving_functions, without_refusals
 from optgym.toolchain import interactive
 from optgym.toolchain.llvm import Toolchain
+from optgym.toolchain.pass_plugin import SURVIVING_OUT, plugin_flags, read_surviving, surviving_plugin
 from optgym.toolchain.process import run
 
 DEFAULT_TIMEOUT = 120.0
@@ -84,11 +86,22 @@ class Episode:
         self.problem, self.module, self.toolchain = problem, module, toolchain
         self.keep_object = keep_object
         # the callee linkage (optgym.rollout.linkage), for a policy that reads it or an env that hands it out:
-        # clang names each call site it refuses on stderr, and the module's bitcode says which functions stay
+        # clang names each call site it refuses on stderr, and the pass plugin writes which functions stay from
+        # inside the compile, as in a served build (without a plugin here: the bitcode's external definitions)
         self._reads_linkage = read_linkage or PolicyInfo.of(policy).reads_callee_linkage
-        self._surviving = surviving_functions(module.bitcode, toolchain) if self._reads_linkage else None
+        self._surviving: Callable[[], frozenset[str] | None] | frozenset[str] | None = None
+        self._work: tempfile.TemporaryDirectory[str] | None = None
+        env = None
         if self._reads_linkage:
             extra_flags = [*extra_flags, *REFUSAL_FLAGS]
+            if (plugin := surviving_plugin(toolchain)) is not None:
+                self._work = tempfile.TemporaryDirectory(prefix="optgym-linkage-")
+                written = Path(self._work.name) / "surviving"
+                extra_flags = [*extra_flags, *plugin_flags(plugin)]
+                env = {**os.environ, SURVIVING_OUT: str(written)}
+                self._surviving = lambda: read_surviving(written)
+            else:
+                self._surviving = surviving_functions(module.bitcode, toolchain)
         self.linkage: CalleeLinkage | None = None  # made at the first decision, when clang's stderr exists
         self._object = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         companions = [(p, companion) for p, companion in companions if decides(companion, module.language)]
@@ -104,6 +117,7 @@ class Episode:
             meta={"module": module.name, "problem": problem.name, "compiler": toolchain.banner},
             stdout=self._object,
             cwd=module.workdir,
+            env=env,
         )
         self.decider: Decider | None = None
         self.view: FeatureView | None = None
@@ -119,6 +133,8 @@ class Episode:
     def close(self) -> None:
         self._compile.close()
         self._object.close()
+        if self._work is not None:
+            self._work.cleanup()
 
     @property
     def decisions(self) -> int:

@@ -11,11 +11,15 @@ into 'caller' because too costly to inline``) *before* the channel asks the host
 none for a decision it would inline (checked over 3 500 decisions, and by tests/test_callee_linkage.py). So the
 policy's own compile names the callee of every decision where an extra inline is possible, in time:
 
-1. the module, before any pass, says which of its functions are ``external`` definitions: those stay whatever is
-   inlined; weak, local and ``available_externally`` ones can go, and a non-LTO compile changes no external
-   definition's linkage. Where the compile starts from bitcode (training, ``optgym evaluate``) the symbol table
-   LLVM writes into it for linkers lists them as global text symbols (``llvm-nm``'s ``T``); a served compile
-   from source has optgym's pass plugin write them from inside clang (:mod:`optgym.toolchain.pass_plugin`);
+1. the module, before any pass, says which of its functions stay whatever is inlined: its ``external``
+   definitions (a non-LTO compile changes no external definition's linkage), and the functions whose address is
+   taken, by a vtable's slot or a stored callback. Weak, local and ``available_externally`` functions that are
+   only called can go. optgym's pass plugin writes that set from inside clang (:mod:`optgym.toolchain.pass_plugin`),
+   in training and ``optgym evaluate`` as in a served build. A machine without the plugin reads the external
+   definitions alone from the bitcode's symbol table (``llvm-nm``'s ``T``), and caches keep the two apart
+   (:func:`linkage_version`). Why the addresses: a virtual destructor is ``linkonce_odr`` and has one call (from
+   the deleting destructor), so it looked like a callee whose last call deletes it, but its vtable slot keeps it;
+   inlining that call only copied it, and made small C++ objects with vtables 2 % larger;
 2. at each decision :meth:`CalleeLinkage.survives` reads what clang wrote to stderr since the last one. A
    refusal names this call site's callee; no refusal means clang inlines the site itself, and the site reads as
    surviving (no deleting inline to add there; an allowance keeps clang's yes anyway).
@@ -36,14 +40,17 @@ from pathlib import Path
 
 from optgym.toolchain.bitcode_symbols import external_functions
 from optgym.toolchain.llvm import Toolchain, ToolchainError
+from optgym.toolchain.pass_plugin import surviving_plugin
 
 #: Added to a compile whose policy reads the linkage: clang names each call site its heuristic refuses, on stderr,
 #: with no source excerpt under the line (a served build's diagnostics are filtered of these lines).
 REFUSAL_FLAGS = ("-Rpass-missed=^inline$", "-fno-caret-diagnostics")
 #: ``llvm-nm`` kinds of a defined function whose body stays in the object whatever is inlined: global text.
 SURVIVING_SYMBOLS = frozenset("T")
-#: Linkage version: part of every cache key of a result a linkage-reading policy produced.
+#: Linkage version: part of every cache key of a result a linkage-reading policy produced (:func:`linkage_version`).
 LINKAGE_VERSION = "refusals-1"
+#: Added where the pass plugin names the surviving functions: they include those whose address is taken.
+ADDRESSED = "addressed"
 
 _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 _INCLUDE_STACK = re.compile(rb"In file included from ")
@@ -143,6 +150,13 @@ def defined_symbols(obj: Path, llvm_nm: str) -> dict[str, str]:
     return {parts[2]: parts[1] for parts in map(str.split, out.splitlines()) if len(parts) == 3}
 
 
+def linkage_version(toolchain: Toolchain) -> str:
+    """What decides the callee linkage a policy reads on this machine, for cache keys: the pass plugin counts a
+    function whose address is taken as staying (:mod:`optgym.toolchain.pass_plugin`); the bitcode's symbol table,
+    read where there is no plugin, knows only the external definitions."""
+    return f"{LINKAGE_VERSION}+{ADDRESSED}" if surviving_plugin(toolchain) is not None else LINKAGE_VERSION
+
+
 def surviving_functions(module: Path, toolchain: Toolchain) -> frozenset[str] | None:
     """The functions of ``module`` (bitcode or an object) whose bodies stay whatever a compile inlines: global text
     symbols. Read from bitcode's own symbol table where it has one (:mod:`optgym.toolchain.bitcode_symbols`, no
@@ -161,6 +175,7 @@ __all__ = [
     "REFUSAL_FLAGS",
     "CalleeLinkage",
     "defined_symbols",
+    "linkage_version",
     "refused_callee",
     "surviving_functions",
     "without_refusals",

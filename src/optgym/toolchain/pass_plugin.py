@@ -1,17 +1,20 @@
 """The pass plugin that tells a served compile which of its functions stay, inside the compile itself.
 
-Why: a policy that reads ``callee_survives`` needs the module's ``external`` function definitions before its first
-decision (:mod:`optgym.rollout.linkage`). clang's channel never sends them. Without this plugin the server runs
-the front end as a process of its own and reads them from the bitcode it writes
+Why: a policy that reads ``callee_survives`` needs the functions that stay whatever is inlined (the module's
+``external`` definitions and the functions whose address is taken) before its first decision
+(:mod:`optgym.rollout.linkage`). clang's channel never sends them. Without this plugin the server runs the front end
+as a process of its own and reads the external definitions from the bitcode it writes
 (:mod:`optgym.serve.front_end`), which costs a second clang start and a bitcode round trip: graphite2's C++
 sources took 1.107x plain clang's CPU that way, and 1.006x with the plugin, with byte-identical objects
 (docs/experiments/2026-11-29-linkage-plugin.md).
 
 What: ``surviving.cpp``, beside this file, is an LLVM pass plugin for clang's own ``-fpass-plugin=`` option; clang
 itself is not changed. At the start of the optimization pipeline, before any pass, it writes the names of the
-module's external definitions to the file ``$OPTGYM_SURVIVING_OUT`` names, each ended by a NUL byte. That is the
-set the bitcode's symbol table gives (its global text symbols). The inliner runs later in the same pipeline, so the
-file is whole before the first decision.
+module's external definitions, and of the functions whose address is taken (a vtable's slot, a stored callback),
+to the file ``$OPTGYM_SURVIVING_OUT`` names, each ended by a NUL byte. The first part is the set the bitcode's
+symbol table gives (its global text symbols); the second is what that table cannot say. The inliner runs later in
+the same pipeline, so the file is whole before the first decision. Training and ``optgym evaluate`` load it into
+their compiles too (:mod:`optgym.rollout.episode`), so a policy reads the same input it was trained on.
 
 It is built once per machine (:mod:`optgym.toolchain.native`) with the toolchain's ``clang++`` against the
 headers of Debian's ``llvm-22-dev``, and a build is kept only after a compile with it has named a function. A

@@ -2,7 +2,8 @@
 //
 // Loaded into an unmodified clang with its own option, -fpass-plugin=<this library>. At the start of the
 // optimization pipeline, before any pass has run, it writes the names of the module's external function
-// definitions to the file named by $OPTGYM_SURVIVING_OUT, each followed by a NUL byte, and changes nothing.
+// definitions, and of the functions whose address is taken (a vtable's slot, a stored callback), to the file
+// named by $OPTGYM_SURVIVING_OUT, each followed by a NUL byte, and changes nothing.
 // The inliner runs later in the same pipeline, so the file is whole before the interactive channel asks its
 // first question. Without the variable it writes nothing. See optgym/toolchain/pass_plugin.py for why.
 #include "llvm/IR/Module.h"
@@ -22,7 +23,8 @@ struct WriteSurvivingFunctions : llvm::PassInfoMixin<WriteSurvivingFunctions> {
       return llvm::PreservedAnalyses::all();
     std::string names;
     for (const llvm::Function &function : module)
-      if (!function.isDeclaration() && function.hasExternalLinkage()) {
+      // an address kept in a vtable or a variable keeps the body whatever the inliner does with its calls
+      if (!function.isDeclaration() && (function.hasExternalLinkage() || function.hasAddressTaken())) {
         names += function.getName();
         names += '\0';
       }
