@@ -157,3 +157,44 @@ def test_a_bad_optgym_timeout_is_a_clear_error_and_a_plain_compile(tmp_path, val
     argv = [CLANG, "-Oz", "-c", str(HASHTAB), "-o", str(tmp_path / "x.o")]
     reply = _serve_one(server, argv, tmp_path, _env(tmp_path, OPTGYM_TIMEOUT=value), 2)
     assert reply == {"fallback": True, "warning": f"OPTGYM_TIMEOUT={value!r} is not a positive number of seconds"}
+
+
+def test_a_server_that_leaves_with_the_request_unread_is_replaced_without_a_warning(tmp_path):
+    """An idle server that exits between a launcher's connect and its own accept resets the connection with the
+    request unread (it once failed a test under load: "Connection reset by peer; compiled without optgym"). No
+    compile of that request ran, so the launcher connects again, a new server starts, and the compile is served:
+    no warning, no fallback. Here a stand-in server takes the connection, leaves, and closes it unread."""
+    (tmp_path / "m.c").write_text("int twice(int x) { return x + x; }\n")
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    path = str(runtime / "optgym" / "serve-standin.sock")
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    took: list[int] = []
+
+    def leave() -> None:
+        conn, _ = listener.accept()
+        os.unlink(path)  # as serve() does when it leaves: new launchers start a new server
+        while not conn.recv(1, socket.MSG_PEEK):  # the request has arrived, and stays unread
+            pass
+        took.append(1)
+        conn.close()
+        listener.close()
+
+    stand_in = threading.Thread(target=leave)
+    stand_in.start()
+    launcher = (
+        "import sys, optgym_cc\n"
+        "policies = [('inline-size', 'never')]\n"
+        "reply = optgym_cc.serve_request(sys.argv[1], sys.argv[3:], policies, socket_path=sys.argv[2])\n"
+        "print(reply.get('returncode'), reply.get('fallback'), reply.get('warning'))\n"
+    )
+    env = _env(tmp_path, XDG_RUNTIME_DIR=str(runtime), OPTGYM_SERVER_IDLE="1")
+    done = subprocess.run([sys.executable, "-c", launcher, CLANG, path, "-Oz", "-c", "m.c", "-o", "m.o"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    stand_in.join(timeout=30)
+    assert took == [1]
+    assert done.returncode == 0 and done.stdout == "0 None None\n", done.stdout + done.stderr
+    assert (tmp_path / "m.o").stat().st_size > 0

@@ -544,16 +544,27 @@ def serve_request(
     import _socket
     import marshal
 
-    sock = _connect(policies, clang, socket_path)
     message: dict[str, object] = {"argv": [clang, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
     message |= ({"thinlto": True} if thinlto else {}) | ({"portfolio": portfolio} if portfolio else {})
     message |= ({"link": True} if link else {}) | ({"direct": direct} if direct else {})
     request = marshal.dumps(message)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (1, 2))  # two C ints, as SCM_RIGHTS takes them
-    sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
+    for attempt in range(2):
+        sock = _connect(policies, clang, socket_path)
+        chunks = []
+        try:
+            sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+            break
+        except (ConnectionResetError, BrokenPipeError):
+            # A reset means the server closed the connection with our request unread: an idle server that left
+            # between our connect and its accept. No compile of ours ran, so the next connection (to a new
+            # server) does it. A server that dies after reading the request gives an end of file instead.
+            if attempt:
+                raise
+        finally:
+            sock.close()
     try:
         reply = marshal.loads(b"".join(chunks))
     except (EOFError, ValueError, TypeError):
