@@ -157,6 +157,11 @@ def linkage_version(toolchain: Toolchain) -> str:
     return f"{LINKAGE_VERSION}+{ADDRESSED}" if surviving_plugin(toolchain) is not None else LINKAGE_VERSION
 
 
+def linkage_key(reads_linkage: bool, toolchain: Toolchain) -> list[str]:
+    """The cache-key part of a result a policy produced: :func:`linkage_version` where it reads the linkage."""
+    return [linkage_version(toolchain)] if reads_linkage else []
+
+
 def surviving_functions(module: Path, toolchain: Toolchain) -> frozenset[str] | None:
     """The functions of ``module`` (bitcode or an object) whose bodies stay whatever a compile inlines: global text
     symbols. Read from bitcode's own symbol table where it has one (:mod:`optgym.toolchain.bitcode_symbols`, no
@@ -175,6 +180,7 @@ __all__ = [
     "REFUSAL_FLAGS",
     "CalleeLinkage",
     "defined_symbols",
+    "linkage_key",
     "linkage_version",
     "refused_callee",
     "surviving_functions",

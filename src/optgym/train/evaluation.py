@@ -27,7 +27,7 @@ from optgym.problems import Problem, get_problem
 from optgym.rollout import EpisodeResult, baseline, rollout
 from optgym.rollout.decider import PolicyInfo
 from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
-from optgym.rollout.linkage import linkage_version
+from optgym.rollout.linkage import linkage_key
 from optgym.toolchain import find_toolchain
 
 REPORT_FORMAT_VERSION = 1
@@ -109,7 +109,7 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
     # a policy that leaves this language to clang: a key of its own (such entries once held its compile)
     left_part = [] if decides(policy, module.language) else ["left to clang"]
     # a policy reading the callee's linkage decides by how the loop learns it (optgym.rollout.linkage)
-    linkage_part = [linkage_version(toolchain)] if PolicyInfo.of(policy).reads_callee_linkage else []
+    linkage_part = linkage_key(PolicyInfo.of(policy).reads_callee_linkage, toolchain)
     key = cache.key([task.policy.identity, task.mode, seed_part, module.digest, problem.name,
                      *problem.compile_flags(), toolchain.identity, *with_part, *left_part, *linkage_part,
                      *task.flags])  # fmt: skip

@@ -72,7 +72,7 @@ from optgym.policies.mlp import MLPPolicy
 from optgym.policies.trained import latest_snapshot
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
 from optgym.rollout.decider import DecisionPoint
-from optgym.rollout.linkage import linkage_version
+from optgym.rollout.linkage import linkage_key
 from optgym.toolchain.language import is_cxx
 from optgym.train.es import policy_template, problem_context
 from optgym.train.evaluation import more_than_1pct_worse
@@ -210,8 +210,8 @@ class TrajectoryStore:
     def __init__(self, policy: MLPPolicy, problem_name: str, root: Path | None = None) -> None:
         problem, toolchain = problem_context(problem_name)
         self.cache = ResultCache("trajectories", root)
-        linkage = [linkage_version(toolchain)] if policy.reads_callee_linkage else []
-        self.parts = [problem.name, *problem.compile_flags(), toolchain.identity, *policy.extras, *linkage,
+        self.parts = [problem.name, *problem.compile_flags(), toolchain.identity, *policy.extras,
+                      *linkage_key(policy.reads_callee_linkage, toolchain),
                       f"languages={policy.languages}"]  # fmt: skip
         self.loaded: dict[str, list[Recorded]] = {}
 
