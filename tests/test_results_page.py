@@ -183,6 +183,13 @@ def test_committed_readme_results_are_the_generated_ones():
     assert with_readme_results(readme, PRETRAINED_DIR, served_by_default()) == readme, stale
 
 
+def test_the_readme_stays_a_users_page():
+    """The README is for users and holds at most 10 KB (10 000 bytes); reference pages live in docs/. A results
+    table that grows a row, or a section that grows a paragraph, shows up here instead of at review."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 10_000, f"README.md is {size} bytes; move reference material into docs/"
+
+
 def test_the_readme_results_follow_the_files(tmp_path):
     """Each row of the README's table is read from a shipped file: a portfolio's held-out figure, the inliner's
     pooled sets, a ThinLTO plan's newest set and every earlier one; a target whose portfolio records no outside
