@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
+from optgym.files import private_tempdir
 from optgym.problems import FeatureView, InvalidAction, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
@@ -95,7 +96,7 @@ class Episode:
         if self._reads_linkage:
             extra_flags = [*extra_flags, *REFUSAL_FLAGS]
             if (plugin := surviving_plugin(toolchain)) is not None:
-                self._work = tempfile.TemporaryDirectory(prefix="optgym-linkage-")
+                self._work = private_tempdir("optgym-linkage-")
                 written = Path(self._work.name) / "surviving"
                 extra_flags = [*extra_flags, *plugin_flags(plugin)]
                 env = {**os.environ, SURVIVING_OUT: str(written)}

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from optgym.errors import OptgymError
-from optgym.files import cache_root
+from optgym.files import cache_root, private_tempdir
 from optgym.policies import DEFAULT_GUARD_BELOW, pretrained_path, resolve_policy
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
 from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
@@ -359,7 +359,7 @@ class Server:
         # clang names the callees it refuses on stderr (filtered from the build's diagnostics), unless the build
         # asks for missed-optimization remarks of its own: the policy then reads every callee as staying
         refusals = readable and not any(arg.startswith("-Rpass-missed") for arg in argv)
-        work = tempfile.TemporaryDirectory(prefix="optgym-linkage-") if readable else None
+        work = private_tempdir("optgym-linkage-") if readable else None
         args = from_bitcode_args(argv[1:], bitcode_in(work), output_path(argv[1:], cwd)) if split and work else argv[1:]
         compile_env = env
         if plugin is not None and work is not None:
