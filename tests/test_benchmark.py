@@ -177,7 +177,7 @@ def test_run_writes_the_leaderboard_and_a_rerun_reuses_it(bench_corpus, tiny_spe
     given = work / "given-es"
     train_es(ESConfig(str(bench_corpus), str(given), split="train", allowance=DEFAULT_GATES, iterations=1,
                       directions=1, sigma=0.3, seed=7, workers=1, final_eval=False), say=lambda s: None)  # fmt: skip
-    rule = _figures("pretrained", bench_corpus)
+    rule = _figures("rule", bench_corpus)  # the entry is the rule, whatever ships as pretrained
     (work / "provenance.json").write_text(json.dumps(_provenance(bench_corpus, rule)))
     out = work / "board"
     # the two seeds of the trained entry side by side: each seed's figures are still its own (asserted below)
