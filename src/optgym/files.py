@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,48 +14,6 @@ from typing import Any
 def cache_root() -> Path:
     """``$OPTGYM_CACHE_DIR``, else ``~/.cache/optgym``."""
     return Path(os.environ.get("OPTGYM_CACHE_DIR") or Path.home() / ".cache" / "optgym")
-
-
-#: How long a dead process's private directory is left before another process removes it. The owner's death is
-#: read from its pid, which another PID namespace sharing ``/tmp`` cannot see; no compile lasts this long, so age
-#: alone keeps a live directory of such a neighbour safe.
-STALE_AFTER_SECONDS = 3600.0
-_swept: set[str] = set()  # the prefixes this process has swept
-
-
-def private_tempdir(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A temporary directory of this process, ``<prefix><pid>-XXXXXXXX``, removed by its owner when done.
-
-    Why the pid: a process killed mid-compile (a training run stopped with ``kill -TERM``, a server killed with
-    its build) never runs its cleanup, and the directory would stay. The first call for ``prefix`` in each process
-    removes such leftovers: directories of ``prefix`` whose owner is gone, older than :data:`STALE_AFTER_SECONDS`.
-    """
-    if prefix not in _swept:
-        _swept.add(prefix)
-        _remove_orphans(Path(tempfile.gettempdir()), prefix)
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
-
-
-def _remove_orphans(parent: Path, prefix: str) -> None:
-    now = time.time()
-    for entry in parent.glob(f"{prefix}*-*"):
-        owner = entry.name[len(prefix) :].partition("-")[0]
-        try:
-            old = now - entry.lstat().st_mtime > STALE_AFTER_SECONDS
-        except OSError:
-            continue
-        if owner.isdigit() and old and not _alive(int(owner)):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -15,7 +15,6 @@ from typing import IO, Any
 
 from optgym.corpus import Module
 from optgym.corpus.cache import ResultCache
-from optgym.files import private_tempdir
 from optgym.problems import FeatureView, InvalidAction, Metrics, Problem, problem_flags
 from optgym.protocol import Observation
 from optgym.rollout.decider import Decider, Policy, PolicyInfo, decides
@@ -23,7 +22,7 @@ from optgym.rollout.linkage import REFUSAL_FLAGS, CalleeLinkage, surviving_funct
 from optgym.toolchain import interactive
 from optgym.toolchain.llvm import Toolchain
 from optgym.toolchain.pass_plugin import SURVIVING_OUT, plugin_flags, read_surviving, surviving_plugin
-from optgym.toolchain.process import run
+from optgym.toolchain.process import private_tempdir, run
 
 DEFAULT_TIMEOUT = 120.0
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from optgym.errors import OptgymError
-from optgym.files import cache_root, private_tempdir
+from optgym.files import cache_root
 from optgym.policies import DEFAULT_GUARD_BELOW, pretrained_path, resolve_policy
 from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, Candidate, Portfolio, PortfolioError, load_portfolio
 from optgym.problems import FeatureView, InvalidAction, Problem, get_problem, problem_flags, servable
@@ -83,7 +83,7 @@ from optgym.toolchain.lanes import lanes_library
 from optgym.toolchain.language import driver_language, family
 from optgym.toolchain.llvm import Hook, find_toolchain, for_linker, parse_version
 from optgym.toolchain.pass_plugin import SURVIVING_OUT, plugin_flags, read_surviving, surviving_plugin
-from optgym.toolchain.process import kill_group, linker_dying_with_driver, spawn, wait_exit
+from optgym.toolchain.process import kill_group, linker_dying_with_driver, private_tempdir, spawn, wait_exit
 from optgym_cc import direct
 from optgym_cc.thinlto import BACKEND_FLAGS, first_error, link_jobs, without_link_jobs
 

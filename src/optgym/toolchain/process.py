@@ -211,14 +211,20 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale(root: Path) -> int:
-    """Remove run directories whose host process is gone (killed before it could clean up)."""
-    removed = 0
+def sweep_stale(root: Path, prefix: str = "", min_age: float = 0.0) -> int:
+    """Remove run directories ``<prefix><pid>-…`` in ``root`` whose host process is gone (killed before it could
+    clean up), and that are at least ``min_age`` seconds old."""
+    removed, now = 0, time.time()
     for entry in root.iterdir() if root.exists() else ():
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
+        if not entry.name.startswith(prefix):
+            continue
+        pid = entry.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if now - entry.lstat().st_mtime >= min_age:
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
     return removed
 
 
@@ -233,6 +239,27 @@ def private_dir() -> Path:
         sweep_stale(root)
         _swept = True
     return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+
+
+#: How long a dead process's :func:`private_tempdir` is left before another process removes it. The owner's death
+#: is read from its pid, which another PID namespace sharing ``/tmp`` cannot see; no compile lasts this long, so age
+#: alone keeps a live directory of such a neighbour safe.
+STALE_AFTER_SECONDS = 3600.0
+_swept_prefixes: set[str] = set()
+
+
+def private_tempdir(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory of this process in the temporary directory, ``<prefix><pid>-XXXXXXXX``, removed by its
+    owner when done: for files a compile writes where the build's ``TMPDIR`` puts them (the pass plugin's list).
+
+    Why the pid: a process killed mid-compile (a training run stopped with ``kill -TERM``, a server killed with
+    its build) never runs its cleanup. As :func:`private_dir` does, the first call for ``prefix`` in each process
+    sweeps such leftovers (:func:`sweep_stale`), here only those older than :data:`STALE_AFTER_SECONDS`.
+    """
+    if prefix not in _swept_prefixes:
+        _swept_prefixes.add(prefix)
+        sweep_stale(Path(tempfile.gettempdir()), prefix, STALE_AFTER_SECONDS)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
 
 
 def install_sigterm_handler() -> None:

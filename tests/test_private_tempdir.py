@@ -1,4 +1,4 @@
-"""optgym's own temporary directories: a process killed before its cleanup leaves one, and the next process of
+"""optgym.toolchain.process.private_tempdir: a process killed before its cleanup leaves one, and the next process of
 optgym removes it, never a directory whose owner still runs."""
 
 from __future__ import annotations
@@ -9,20 +9,20 @@ import sys
 import time
 from pathlib import Path
 
-from optgym.files import STALE_AFTER_SECONDS
+from optgym.toolchain.process import STALE_AFTER_SECONDS
 
 PREFIX = "optgym-linkage-"
 #: a process that makes its private directory, prints it, and dies by SIGKILL: no ``finally``, no atexit
 KILLED = f"""
 import os, signal
-from optgym.files import private_tempdir
+from optgym.toolchain.process import private_tempdir
 work = private_tempdir({PREFIX!r})
 print(work.name, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 #: the next process: its first private directory sweeps the leftovers, and it prints its own
 NEXT = f"""
-from optgym.files import private_tempdir
+from optgym.toolchain.process import private_tempdir
 work = private_tempdir({PREFIX!r})
 print(work.name, flush=True)
 work.cleanup()
