@@ -32,15 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-worse-share", type=float, default=0.02, help="largest share of modules > 1 %% worse")
     args = parser.parse_args(argv)
 
+    seeds = {report: seed_figures(report) for report in args.reports}
     holds = True
-    for report in args.reports:
-        seed = seed_figures(report)
+    for report, seed in seeds.items():
         below = seed["total"] < args.bar
         few_worse = seed["worse"] <= args.max_worse_share * seed["modules"]
         holds &= below and few_worse
         print(f"{report}: {seed['total']:.4f}, {seed['worse']} of {seed['modules']} worse"
               f"{'' if below else ', NOT below the bar'}{'' if few_worse else ', TOO MANY worse'}")  # fmt: skip
-    interval = mean_ci([seed_figures(r)["total"] for r in args.reports])
+    interval = mean_ci([seed["total"] for seed in seeds.values()])
     if interval["ci95"] is None:
         print("one seed: no interval")
         return 1
