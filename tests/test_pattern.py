@@ -188,6 +188,35 @@ def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path):
     assert sweeps == {"1", "2"}
 
 
+def test_restarts_keep_the_search_with_the_fewest_bytes_on_the_pool_and_resume_past_finished_ones(
+    corpus_dir, tmp_path
+):
+    """``restarts=2``: two searches, each on its own sample (the first drawn as a lone search of the seed draws
+    it), and the allowance kept is the one with the fewest bytes on the pool both were drawn from, a figure real
+    compiles by ``optgym evaluate`` give exactly. Resumed, a finished search is not run again."""
+    run = tmp_path / "restarts"
+    train_pattern(_config(corpus_dir, run, sample=2, sweeps=1, step=0.5, restarts=2, seed=1), say=lambda s: None)
+    first = training_sample(config_from_run(run / "restarts" / "0"))
+    lone = training_sample(_config(corpus_dir, tmp_path / "lone", sample=2, seed=1))
+    assert [m.name for m in first] == [m.name for m in lone]
+    assert config_from_run(run / "restarts" / "1").restart == 1  # its own draw (3 modules leave no other to draw)
+
+    rows = list(csv.DictReader((run / "restarts.csv").open()))
+    assert [int(r["modules"]) for r in rows] == [len(Corpus(corpus_dir))] * 2
+    (kept,) = [r for r in rows if r["kept"] == "1"]
+    assert min(rows, key=lambda r: (int(r["past_cap"]), int(r["text_bytes"]))) is kept
+    final = MLPPolicy.load(run / "final" / "policy")
+    searched = MLPPolicy.load(run / "restarts" / kept["restart"] / "final" / "policy")
+    assert np.array_equal(final.parameters(), searched.parameters())
+    report = evaluate(str(run / "final" / "policy"), corpus_dir, workers=1, progress=False)
+    assert sum(r.texts[1] for r in report) == int(kept["text_bytes"])
+
+    said: list[str] = []
+    train_pattern(config_from_run(run), resume=True, say=said.append)
+    assert not any(" of 2" in line for line in said), "a finished search ran again"
+    assert any("on the pool" in line for line in said)
+
+
 def test_the_evaluate_sample_is_left_out_of_training(corpus_dir, tmp_path):
     """``--hold-out-every K`` trains on none of the modules ``optgym evaluate --every K`` checks."""
     from optgym.cli import sample_modules
@@ -200,7 +229,8 @@ def test_the_evaluate_sample_is_left_out_of_training(corpus_dir, tmp_path):
 
 @pytest.mark.parametrize(("option", "message"), [({"step": 0.3}, "power of two"), ({"max_worse": 1.0}, "share"),
                                                   ({"hold_out_every": 1}, "2 or more"),
-                                                  ({"order": "random"}, "one of seeded, ranked")])  # fmt: skip
+                                                  ({"order": "random"}, "one of seeded, ranked"),
+                                                  ({"restarts": 0}, "at least one search")])  # fmt: skip
 def test_a_bad_recipe_is_refused_before_the_run_directory_exists(corpus_dir, tmp_path, option, message):
     with pytest.raises(RunError, match=message):
         train_pattern(_config(corpus_dir, tmp_path / "p", **option), say=lambda s: None)

@@ -548,6 +548,9 @@ def pattern_command(
     max_compiles: Annotated[int, typer.Option(help="stop once this many compiles are spent")] = 8000,
     workers: Workers = None,
     seed: Annotated[int, typer.Option(help="seed of the sample's draw and (seeded) of the coordinate order")] = 0,
+    restarts: Annotated[
+        int, typer.Option(help="searches on their own seeded samples; the best on the pool they share is kept")
+    ] = 1,
     timeout: Timeout = 120.0,
     final_eval: Annotated[bool, typer.Option(help="compile each split side with the final policy")] = True,
     resume: Annotated[Path | None, typer.Option(help="continue this run after its latest sweep")] = None,
@@ -569,8 +572,8 @@ def pattern_command(
                             warmstart=str(warmstart) if warmstart else None,
                             step=step, min_step=min_step, max_worse=max_worse, halves=halves, order=order,
                             store=store, sweeps=sweeps or 8,
-                            max_compiles=max_compiles, workers=workers, seed=seed, timeout=timeout,
-                            final_eval=final_eval)  # fmt: skip
+                            max_compiles=max_compiles, workers=workers, seed=seed, restarts=restarts,
+                            timeout=timeout, final_eval=final_eval)  # fmt: skip
         train_pattern(cfg, say=console.print)
     except OptgymError as e:
         _fail(str(e))
