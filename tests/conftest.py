@@ -11,12 +11,19 @@ from pathlib import Path
 import psutil
 import pytest
 
+from optgym.toolchain.process import STALE_AFTER_SECONDS, sweep_stale
+
 # Every test run gets its own cache and FIFO root, so tests can check that nothing is left behind; the
 # session removes it when it ends. A process the tests start that imports this file again (a worker
 # unpickling a test's task function) inherits the run's directory instead of making one nobody removes.
+# A run that ends before its session does (pytest refusing its own options, a kill) never removes it: the
+# directory is named after the run's pid, and the next run removes those whose owner is gone.
 _RUN_DIR_ENV = "OPTGYM_TESTS_RUN_DIR"
 _OWNER = not os.environ.get(_RUN_DIR_ENV)
-_RUN_DIR = Path(tempfile.mkdtemp(prefix="optgym-tests-")) if _OWNER else Path(os.environ[_RUN_DIR_ENV])
+_PREFIX = "optgym-tests-"
+if _OWNER:
+    sweep_stale(Path(tempfile.gettempdir()), _PREFIX, STALE_AFTER_SECONDS)
+_RUN_DIR = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")) if _OWNER else Path(os.environ[_RUN_DIR_ENV])
 os.environ[_RUN_DIR_ENV] = str(_RUN_DIR)
 os.environ["OPTGYM_CACHE_DIR"] = str(_RUN_DIR / "cache")
 os.environ["XDG_RUNTIME_DIR"] = str(_RUN_DIR / "run")

@@ -68,3 +68,19 @@ def test_other_names_under_the_prefix_are_left_alone(tmp_path):
     age(foreign)
     assert run_python(NEXT, tmp_path).returncode == 0
     assert foreign.is_dir()
+
+
+def test_a_test_run_ended_before_its_session_leaves_a_directory_the_next_run_removes(tmp_path):
+    """pytest refusing its own options never runs the session's teardown, so its ``optgym-tests-<pid>-…`` stays;
+    the next test run (importing tests/conftest.py) removes it once its owner is gone."""
+    env = {k: v for k, v in os.environ.items() if k != "OPTGYM_TESTS_RUN_DIR"}
+    env["TMPDIR"] = str(tmp_path)
+    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(Path(__file__).parent)]
+    refused = subprocess.run([*pytest_run, "--no-such-option"], env=env, capture_output=True, timeout=120)
+    assert refused.returncode != 0
+    (left,) = tmp_path.glob("optgym-tests-*")
+    age(left)
+    listed = subprocess.run([*pytest_run, "--collect-only", "-q", "-k", "no_test_has_this_name"], env=env,
+                            capture_output=True, timeout=300)  # fmt: skip
+    assert listed.returncode == 5  # nothing selected: the run itself is not the point
+    assert not left.exists(), "the refused run's directory stays"
