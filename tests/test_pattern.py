@@ -21,6 +21,7 @@ from optgym.train.pattern import (
     PatternConfig,
     PatternTask,
     Recorded,
+    Trajectories,
     compile_recorded,
     config_from_run,
     improves,
@@ -63,6 +64,8 @@ def test_a_replayed_candidate_compiles_to_the_size_the_replay_gives(corpus_dir, 
 
     recorded = compiled(0.25)
     assert len(recorded.actions) and recorded.inputs.shape == (len(recorded.actions), len(policy.extras))
+    table = Trajectories()
+    records, held = [recorded], [table.add(recorded)]
     same = differs = 0
     for bias in (0.25 + 1 / 64, 0.5, 1.0, -0.5, 2.0):
         weights, b = inline_logit(policy.with_parameters(_with_bias(policy, bias)))
@@ -73,7 +76,17 @@ def test_a_replayed_candidate_compiles_to_the_size_the_replay_gives(corpus_dir, 
         else:
             differs += 1
             assert not np.array_equal(again.actions, recorded.actions), bias
+        records.append(again)
+        held.append(table.add(again))
     assert same and differs, "both kinds of candidate must occur, or the check tests one side only"
+
+    # held in one table, each distinct row once, the trajectories replay exactly where their whole rows do
+    assert len(table.rows) == len({row.tobytes() for r in records for row in r.inputs})
+    assert len(table.rows) < sum(len(r.actions) for r in records), "no row repeats: nothing to share"
+    for bias in (0.25, 0.25 + 1 / 64, 0.5, 1.0, -0.5, 2.0, -4.5):
+        weights, b = inline_logit(policy.with_parameters(_with_bias(policy, bias)))
+        for record, trajectory in zip(records, held, strict=True):
+            assert (table.first_replayed([trajectory], weights, b) is trajectory) == replays(record, weights, b)
 
 
 def test_a_search_keeps_only_smaller_moves_and_its_figure_is_a_real_compiles(corpus_dir, tmp_path):
@@ -188,9 +201,7 @@ def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path):
     assert sweeps == {"1", "2"}
 
 
-def test_restarts_keep_the_search_with_the_fewest_bytes_on_the_pool_and_resume_past_finished_ones(
-    corpus_dir, tmp_path
-):
+def test_restarts_keep_the_search_with_the_fewest_bytes_on_the_pool_and_resume_past_finished_ones(corpus_dir, tmp_path):
     """``restarts=2``: two searches, each on its own sample (the first drawn as a lone search of the seed draws
     it), and the allowance kept is the one with the fewest bytes on the pool both were drawn from, a figure real
     compiles by ``optgym evaluate`` give exactly. Resumed, a finished search is not run again."""
