@@ -3,6 +3,7 @@
 
     .venv/bin/python -m maintainer.keep_steps OUT DEST     # copy what a rerun needs out of OUT into DEST
     cp -r DEST/. OUT/                                       # on a new machine: then rerun the same command
+    .venv/bin/python -m maintainer.keep_steps --run RUN DEST   # one run directory, to continue with --resume
 
 Why: a registered recipe of several hours outlives a session, and this workplace's machines do not always
 outlive one. Nineteen sessions of runs were lost with one machine, together with a claim's policies before
@@ -17,6 +18,10 @@ What is kept, for each step with a marker:
 For a finished search, only its ``search.json`` (its summary: the compiles the budget counts). Its states are
 read by the imitation alone, which has its own marker. Left out: snapshots' models, TensorBoard logs and
 caches. A step cut off before its marker is started again on the new machine.
+
+With ``--run``, one run directory started by hand (a registered ``optgym train pattern`` of several hours, say) is
+kept whole but for its TensorBoard logs, finished or not: copied back to the same path on a new machine, its
+``--resume RUN`` goes on from its last snapshot. A pattern search's snapshots are a few kilobytes each.
 """
 
 from __future__ import annotations
@@ -42,13 +47,24 @@ def finished_runs(out: Path) -> list[Path]:
 
 def keep(out: Path, dest: Path) -> int:
     """Copy ``out``'s markers and its finished runs' kept files into ``dest``; returns the files copied."""
-    copied = 0
-    for source in [*sorted((out / "done").glob("*.json")), *_kept_files(out)]:
-        target = dest / source.relative_to(out)
+    return _copy([*sorted((out / "done").glob("*.json")), *_kept_files(out)], out, dest)
+
+
+#: The files of a run directory that no resume or report reads.
+LEFT_OUT = "events.out.tfevents*"
+
+
+def keep_run(run: Path, dest: Path) -> int:
+    """Copy every file of the run directory ``run`` into ``dest`` but its TensorBoard logs; returns the files."""
+    return _copy([f for f in sorted(run.rglob("*")) if f.is_file() and not f.match(LEFT_OUT)], run, dest)
+
+
+def _copy(files: list[Path], root: Path, dest: Path) -> int:
+    for source in files:
+        target = dest / source.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
-        copied += 1
-    return copied
+    return len(files)
 
 
 def _kept_files(out: Path) -> list[Path]:
@@ -62,10 +78,12 @@ def _kept_files(out: Path) -> list[Path]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path, help="the benchmark run's output directory (-o)")
+    parser.add_argument("out", type=Path, help="the benchmark run's output directory (-o), or with --run a run's")
     parser.add_argument("dest", type=Path, help="where to keep the files (a directory in the repository)")
+    parser.add_argument("--run", action="store_true", help="OUT is one run directory: keep it all but its logs")
     args = parser.parse_args()
-    print(f"kept {keep(args.out, args.dest)} files in {args.dest}")
+    copied = keep_run(args.out, args.dest) if args.run else keep(args.out, args.dest)
+    print(f"kept {copied} files in {args.dest}")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import shutil
 
 import numpy as np
 import pytest
@@ -186,9 +187,19 @@ def test_the_trajectory_store_changes_what_a_search_compiles_never_what_it_finds
     assert any((tmp_path / "cache" / "trajectories").rglob("*.npz"))
 
 
-def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path):
+@pytest.mark.parametrize("new_machine", [False, True])
+def test_a_resumed_search_continues_from_its_last_sweep(corpus_dir, tmp_path, new_machine):
+    """Resumed where it ran, or on a new machine from what ``maintainer.keep_steps --run`` kept of it (no
+    TensorBoard log) copied back to its path."""
     run = tmp_path / "pattern"
     train_pattern(_config(corpus_dir, run, sweeps=1), say=lambda s: None)
+    if new_machine:
+        from maintainer.keep_steps import keep_run
+
+        assert keep_run(run, tmp_path / "kept") > 0
+        assert not list((tmp_path / "kept").rglob("events.out.tfevents*"))
+        shutil.rmtree(run)
+        shutil.copytree(tmp_path / "kept", run)
     first = read_state(run / "snapshots" / f"{1:08d}")
     cfg = config_from_run(run)
     cfg.sweeps = 2
