@@ -35,6 +35,25 @@ def test_doctor_reports_clang_and_hooks():
     assert Path(lanes.split()[1]).is_file(), out  # the library a served ThinLTO link preloads into lld, built here
 
 
+def test_doctor_says_what_the_cache_holds_part_by_part(tmp_path, monkeypatch):
+    """Nothing trims the cache (the trajectory store grows with every pattern search), so doctor shows each part's
+    size, largest first, and an empty cache as empty."""
+    from optgym.cli import _cache_summary
+    from optgym.files import cache_usage
+
+    monkeypatch.setenv("OPTGYM_CACHE_DIR", str(tmp_path))
+    assert _cache_summary().endswith("empty")
+    (tmp_path / "evaluate").mkdir()
+    (tmp_path / "evaluate" / "a.json").write_bytes(b"x" * 2_000)
+    (tmp_path / "trajectories" / "ab").mkdir(parents=True)
+    (tmp_path / "trajectories" / "ab" / "t.npz").write_bytes(b"x" * 3_000_000)
+    (tmp_path / "lanes").mkdir()
+    assert cache_usage() == {"trajectories": 3_000_000, "evaluate": 2_000, "lanes": 0}
+    assert _cache_summary() == f"{tmp_path}  3 MB (trajectories 3 MB, evaluate 2 kB); any part may be deleted, " + (
+        "at the price of recompiling it"
+    )
+
+
 def test_evaluate_never_vs_heuristic_json(corpus_dir, tmp_path):
     out = optgym("evaluate", "--corpus", str(corpus_dir), "--policy", "never", "-j", "2", "-o", str(tmp_path), "--json")
     report = json.loads(out.stdout)

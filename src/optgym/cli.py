@@ -87,6 +87,19 @@ def _doctor_compilers(bin_dir: Path) -> bool:
     return ok
 
 
+def _cache_summary() -> str:
+    from optgym.files import cache_root, cache_usage
+
+    usage = {name: size for name, size in cache_usage().items() if size}
+    parts = ", ".join(f"{name} {_megabytes(size)}" for name, size in usage.items())
+    held = f"{_megabytes(sum(usage.values()))} ({parts}); any part may be deleted, at the price of recompiling it"
+    return f"{cache_root()}  {held if usage else 'empty'}"
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB" if size >= 1e3 else f"{size} B"
+
+
 @app.command()
 def doctor() -> None:
     """Say what optgym found: clang, its version and the MLGO hook of every decision problem, the LLVM tools,
@@ -123,6 +136,7 @@ def doctor() -> None:
         ok = False
     ok &= _doctor_compilers(Path(sys.executable).parent)
     _doctor_line(f"setpriv    {shutil.which('setpriv') or '[yellow]missing: falls back to preexec_fn[/]'}")
+    _doctor_line(f"cache      {_cache_summary()}")
     _doctor_line(f"python     {sys.version.split()[0]}")
     for dist in ("gymnasium", "numpy", "typer", "rich"):
         try:

@@ -16,6 +16,15 @@ def cache_root() -> Path:
     return Path(os.environ.get("OPTGYM_CACHE_DIR") or Path.home() / ".cache" / "optgym")
 
 
+def cache_usage(root: Path | None = None) -> dict[str, int]:
+    """Bytes held by each part of the cache (``trajectories``, ``evaluate``, …), largest first. Nothing trims the
+    cache, so ``optgym doctor`` shows what it holds: a user who needs the disk back deletes a part, at the price
+    of recompiling what it held."""
+    root = cache_root() if root is None else root
+    parts = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in root.glob("*") if p.is_dir()}
+    return dict(sorted(parts.items(), key=lambda part: -part[1]))
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temporary file in the same directory and rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
