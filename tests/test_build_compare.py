@@ -27,6 +27,7 @@ target_include_directories(core PUBLIC lib)
 add_library(shape SHARED lib/shape.c)
 add_executable(app main.cpp)
 target_link_libraries(app core)
+set_source_files_properties(lib/shape.c PROPERTIES COMPILE_OPTIONS -O3)  # a project's own level, after -Oz
 add_test(NAME output COMMAND app)
 set_tests_properties(output PROPERTIES PASS_REGULAR_EXPRESSION "mean=4 words=3 longest=alpha")
 """,
@@ -182,7 +183,7 @@ def cmake_run(tmp_path_factory):
 
 
 def test_cmake_project_outputs_paired_and_sized(cmake_run):
-    _, _, proc, report = cmake_run
+    _, out, proc, report = cmake_run
     assert proc.returncode == 0, proc.stderr
     assert report["build_system"] == "cmake" and report["problems"] == []
     assert [r["path"] for r in report["outputs"]] == ["app", "libshape.so"]  # no CMakeFiles/ compiler-id a.out
@@ -203,6 +204,11 @@ def test_cmake_project_outputs_paired_and_sized(cmake_run):
     assert report["optgym_environment"]["OPTGYM_POLICY"] == "never"
     assert report["optgym_environment"]["OPTGYM_STRICT"] == "1"
     assert report["builds"]["optgym"]["fallback_warnings"] == 0
+    # shape.c's own -O3 comes after the -Oz given: clang's compile in both builds, and the report says so
+    assert report["compiles"] == {"listed": 4, "served": 3, "levels": {"-O3": 1, "-Oz": 3}}
+    assert "3 of 4 compiles ran at a level optgym-cc serves (by the last -O of each: -O3 1, -Oz 3)" in (
+        (out / "report.md").read_text()
+    )
     # the build directories' paths are of one length: a path a build embeds in its outputs (a RUNPATH, __FILE__)
     # weighs the same in both
     trees = [report["builds"][variant]["tree"] for variant in ("plain", "optgym")]

@@ -330,7 +330,8 @@ def build_commands(system: str, opts: CompareOptions, tools: Tools, tree: Path) 
         # MinSizeRel for -DNDEBUG; its own -Os would follow CMAKE_<LANG>_FLAGS and win, so it is replaced
         configure += ["-DCMAKE_BUILD_TYPE=MinSizeRel", f"-DCMAKE_C_COMPILER={tools.cc}",
                       f"-DCMAKE_CXX_COMPILER={tools.cxx}", f"-DCMAKE_AR={tools.ar}",
-                      f"-DCMAKE_RANLIB={tools.ranlib}"]  # fmt: skip
+                      f"-DCMAKE_RANLIB={tools.ranlib}",
+                      "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]  # fmt: skip  # for compile_levels
         # the target as CMake's own settings: its compiler checks and every compile and link line get it, it
         # knows it cross-compiles, and ctest runs the tests under qemu-user (Target.cmake_args); the target's
         # flags stay in CMAKE_<LANG>_FLAGS, which CMake's link lines and checks use too
@@ -556,6 +557,28 @@ def compare_outputs(plain_tree: Path, optgym_tree: Path) -> dict[str, Any]:
             "only_in_optgym": [r["path"] for r in outputs if r["plain"] is None]}  # fmt: skip
 
 
+def compile_levels(database: Path, levels: tuple[str, ...]) -> dict[str, Any] | None:
+    """What the compiles of a CMake build's ``compile_commands.json`` ran at: how many there were, how many at a
+    level optgym-cc serves (``levels``, ``OPTGYM_SERVE_OPT``'s), and each optimization level's count (the last
+    ``-O`` of a command wins). Why: a project that sets its own level after the flags it was given (jsonnet adds
+    ``-O3``) builds the same in both, and the tables alone would read as a policy that changed nothing.
+    ``None`` without a database (other build systems)."""
+    from optgym_cc import served
+
+    if not database.is_file():
+        return None
+    entries = json.loads(database.read_text())
+    by_level: dict[str, int] = {}
+    served_count = 0
+    for entry in entries:
+        args = (entry.get("arguments") or shlex.split(entry["command"]))[1:]  # the compiler's own path is no operand
+        opt = [a for a in args if a.startswith("-O")]
+        level = opt[-1] if opt else "-O0"
+        by_level[level] = by_level.get(level, 0) + 1
+        served_count += served(args, levels)
+    return {"listed": len(entries), "served": served_count, "levels": dict(sorted(by_level.items()))}
+
+
 # -- the whole comparison -----------------------------------------------------------------------------------
 
 
@@ -663,6 +686,9 @@ def compare_build(opts: CompareOptions, progress: Callable[[str], None] = lambda
         }
         if plain["ok"] and optgym["ok"]:
             report |= compare_outputs(trees["plain"], trees["optgym"])
+            levels = tuple(envs["optgym"].get("OPTGYM_SERVE_OPT", "z,s").split(","))
+            if (compiles := compile_levels(trees["optgym"] / "compile_commands.json", levels)) is not None:
+                report["compiles"] = compiles
             if not report["outputs"]:
                 report["problems"].append("no linked executable or shared library in either build")
             if opts.test:
@@ -746,6 +772,12 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "constant an option moved out of text shows here), .text is `.text*` alone, file is bytes on "
                   "disk; ratios are optgym / plain.", ""]  # fmt: skip
         lines += [*_size_table(report["outputs"], report["totals"], "output"), ""]
+        compiles = report.get("compiles")
+        if compiles and compiles["served"] < compiles["listed"]:
+            counts = ", ".join(f"{level} {n}" for level, n in compiles["levels"].items())
+            lines += [f"{compiles['served']} of {compiles['listed']} compiles ran at a level optgym-cc serves "
+                      f"(by the last -O of each: {counts}); the project's own flags set the others, and clang "
+                      "decided them in both builds.", ""]  # fmt: skip
         identical = [r["path"] for r in report["outputs"] if r.get("identical")]
         if identical:
             why = (" (Under --lto, optgym-cc passes the -flto compile steps through unless OPTGYM_SERVE_LTO=1; a "
