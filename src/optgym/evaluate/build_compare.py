@@ -559,24 +559,20 @@ def compare_outputs(plain_tree: Path, optgym_tree: Path) -> dict[str, Any]:
 
 def compile_levels(database: Path, levels: tuple[str, ...]) -> dict[str, Any] | None:
     """What the compiles of a CMake build's ``compile_commands.json`` ran at: how many there were, how many at a
-    level optgym-cc serves (``levels``, ``OPTGYM_SERVE_OPT``'s), and each optimization level's count (the last
-    ``-O`` of a command wins). Why: a project that sets its own level after the flags it was given (jsonnet adds
-    ``-O3``) builds the same in both, and the tables alone would read as a policy that changed nothing.
-    ``None`` without a database (other build systems)."""
-    from optgym_cc import served
-
+    level optgym-cc serves (``levels``: ``OPTGYM_SERVE_OPT``'s, ``z`` and ``s`` unless set), and each
+    optimization level's count (the last ``-O`` of a command wins, as in clang). Why: a project that sets its own
+    level after the flags it was given (jsonnet adds ``-O3``) builds the same in both, and the tables alone would
+    read as a policy that changed nothing. ``None`` without a database (other build systems)."""
     if not database.is_file():
         return None
     entries = json.loads(database.read_text())
     by_level: dict[str, int] = {}
-    served_count = 0
     for entry in entries:
-        args = (entry.get("arguments") or shlex.split(entry["command"]))[1:]  # the compiler's own path is no operand
-        opt = [a for a in args if a.startswith("-O")]
-        level = opt[-1] if opt else "-O0"
+        args = entry.get("arguments") or shlex.split(entry["command"])
+        level = next((a for a in reversed(args) if a.startswith("-O")), "-O0")
         by_level[level] = by_level.get(level, 0) + 1
-        served_count += served(args, levels)
-    return {"listed": len(entries), "served": served_count, "levels": dict(sorted(by_level.items()))}
+    at_served = sum(n for level, n in by_level.items() if level[2:] in levels)
+    return {"listed": len(entries), "served": at_served, "levels": dict(sorted(by_level.items()))}
 
 
 # -- the whole comparison -----------------------------------------------------------------------------------
