@@ -36,12 +36,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from optgym.corpus.build import install_wrapper, wrapper_script
+from optgym.corpus.info import opt_level
 from optgym.corpus.target import Target
 from optgym.errors import OptgymError
 from optgym.evaluate.elf_sizes import (
@@ -559,18 +561,14 @@ def compare_outputs(plain_tree: Path, optgym_tree: Path) -> dict[str, Any]:
 
 def compile_levels(database: Path, levels: tuple[str, ...]) -> dict[str, Any] | None:
     """What the compiles of a CMake build's ``compile_commands.json`` ran at: how many there were, how many at a
-    level optgym-cc serves (``levels``: ``OPTGYM_SERVE_OPT``'s, ``z`` and ``s`` unless set), and each
-    optimization level's count (the last ``-O`` of a command wins, as in clang). Why: a project that sets its own
-    level after the flags it was given (jsonnet adds ``-O3``) builds the same in both, and the tables alone would
-    read as a policy that changed nothing. ``None`` without a database (other build systems)."""
+    level optgym-cc serves (``levels``: ``OPTGYM_SERVE_OPT``'s, ``z`` and ``s`` unless set), and each level's
+    count (read by :func:`~optgym.corpus.info.opt_level`, as a corpus's modules are). Why: a project that sets its
+    own level after the flags it was given (jsonnet adds ``-O3``) builds the same in both, and the tables alone
+    would read as a policy that changed nothing. ``None`` without a database (other build systems)."""
     if not database.is_file():
         return None
     entries = json.loads(database.read_text())
-    by_level: dict[str, int] = {}
-    for entry in entries:
-        args = entry.get("arguments") or shlex.split(entry["command"])
-        level = next((a for a in reversed(args) if a.startswith("-O")), "-O0")
-        by_level[level] = by_level.get(level, 0) + 1
+    by_level = Counter(opt_level(entry.get("arguments") or shlex.split(entry["command"])) for entry in entries)
     at_served = sum(n for level, n in by_level.items() if level[2:] in levels)
     return {"listed": len(entries), "served": at_served, "levels": dict(sorted(by_level.items()))}
 
