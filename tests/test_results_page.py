@@ -86,11 +86,20 @@ def test_every_unseen_set_appears_with_its_figures():
                 assert package in page
 
 
+def _every_set(provenances: list[Path]) -> list[dict]:
+    """Each record of a set outside the training list once, over ``provenances``, in the order first met."""
+    entries: dict[str, dict] = {}
+    for path in provenances:
+        for entry in json.loads(path.read_text())["figures"].get("unseen_packages_with_shipped_policies", []):
+            entries.setdefault(json.dumps(entry, sort_keys=True), entry)
+    return list(entries.values())
+
+
 def test_c_sets_pool_only_with_sets_built_by_as_many_candidates():
     """A C total over builds of one and of two compiles per object is neither build's: one pooled C row per
     candidate count, each the byte-weighted total of exactly its sets; C++ (one compile an object) pools once."""
     page = results_page()
-    entries = json.loads(PER_OBJECT[0].read_text())["figures"]["unseen_packages_with_shipped_policies"]
+    entries = _every_set(PER_OBJECT)
     pooled = [r for r in _table_rows(page) if r[0].startswith("all ") and r[3] == "C"]
     counts = {e["candidates"] for e in entries if e["C"]["evaluated"]}
     assert sorted(r[2] for r in pooled) == sorted(str(n) for n in counts)
@@ -100,6 +109,28 @@ def test_c_sets_pool_only_with_sets_built_by_as_many_candidates():
         assert row[0] == f"all {len(sets)} sets" and row[4] == str(sum(f["evaluated"] for f in sets))
         assert row[5] == f"{sum(f['total_ratio'] * f['heuristic_text_bytes'] for f in sets) / clang:.4f}"
     assert len([r for r in _table_rows(page) if r[0].startswith("all ") and r[3] == "C++"]) == 1
+
+
+def test_a_new_inliner_pools_cxx_over_its_own_sets_and_c_over_all(tmp_path):
+    """An inliner shipped after some sets were measured records only the sets since: C++ pools over those (the
+    earlier sets were another inliner's), while C, which the inline policies leave to clang, still pools over
+    every set, on the page and in the README's x86-64 C row."""
+    root = tmp_path / "pretrained"
+    shutil.copytree(PRETRAINED_DIR, root, ignore=shutil.ignore_patterns("*.onnx"))
+    path = root / "inline-size.provenance.json"
+    inliner = json.loads(path.read_text())
+    every = _every_set(sorted(root.glob("*.provenance.json")))
+    newest = inliner["figures"]["unseen_packages_with_shipped_policies"][-1]
+    inliner["figures"]["unseen_packages_with_shipped_policies"] = [newest]
+    path.write_text(json.dumps(inliner))
+    page = results_page(root)
+    pooled = {(r[2], r[3]): r for r in _table_rows(page) if r[0].startswith("all ")}
+    assert pooled[("", "C++")][0] == "all 1 sets" and pooled[("", "C++")][5] == f"{newest['C++']['total_ratio']:.4f}"
+    c_sets = [e for e in every if e["C"]["evaluated"]]
+    assert sum(int(r[0].split()[1]) for (_, language), r in pooled.items() if language == "C") == len(c_sets)
+    rows = {r[0]: r for r in _table_rows(readme_results(root))}
+    assert "1 sets, the newest" in rows["x86-64 C++"][4]
+    assert rows["x86-64 C"] == {r[0]: r for r in _table_rows(readme_results(PRETRAINED_DIR))}["x86-64 C"]
 
 
 def test_held_out_figures_of_every_policy():

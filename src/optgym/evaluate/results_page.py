@@ -103,15 +103,34 @@ def _shipped(provenances: dict[str, dict[str, Any]], portfolio: dict[str, Any] |
     ]
 
 
-def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
-    """The sets of packages outside the training list, each once: the files record the same measurement (every
-    shipped policy together), and a policy shipped later records only the sets measured since."""
-    entries: dict[str, dict[str, Any]] = {}  # one per distinct record of a set, in the order first met
-    recorded: dict[str, list[str]] = {}  # file → the sets it records
+#: The file of the policy that decides C++ by default: sets measured before it shipped were another inliner's.
+INLINER = "inline-size.provenance.json"
+
+
+def _unseen_sets(provenances: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """Every record of a set outside the training list, each once (the files record the same measurement, every
+    shipped policy together), in the order first met; and per file, the sets it records (a policy shipped later
+    records only the sets measured since)."""
+    entries: dict[str, dict[str, Any]] = {}
+    recorded: dict[str, list[str]] = {}
     for name, p in provenances.items():
         for entry in p["figures"].get("unseen_packages_with_shipped_policies") or []:
             entries.setdefault(json.dumps(entry, sort_keys=True), entry)
             recorded.setdefault(name, []).append(entry["corpus"])
+    return entries, recorded
+
+
+def _decided_by_this_inliner(entry: dict[str, Any], language: str, recorded: dict[str, list[str]]) -> bool:
+    """Whether ``entry``'s ``language`` figures are today's default's: C++ only in the sets the shipped inliner
+    was measured on (it decides C++; an earlier inliner's sets were another policy's), C in every set (the inline
+    policies leave C to clang, and a C set pools only with sets built by as many portfolio candidates)."""
+    return language != "C++" or INLINER not in recorded or entry["corpus"] in recorded[INLINER]
+
+
+def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
+    """The sets of packages outside the training list, each once; pooled per language over the sets today's
+    default build was measured on."""
+    entries, recorded = _unseen_sets(provenances)
     if not entries:
         return []
     every = {e["corpus"] for e in entries.values()}
@@ -135,7 +154,7 @@ def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
         # way (a total over 2-candidate and 1-candidate builds is neither build's); a C++ object is one compile.
         pools: dict[Any, list[dict[str, Any]]] = {}
         for e in entries.values():
-            if e.get(language, {}).get("evaluated"):
+            if e.get(language, {}).get("evaluated") and _decided_by_this_inliner(e, language, recorded):
                 pools.setdefault(e.get("candidates", "—") if language == "C" else "", []).append(e[language])
         for candidates, sets in pools.items():
             rows.append(_pooled_row(f"all {len(sets)} sets", candidates, language, sets))
@@ -424,7 +443,7 @@ def _pooled(figures: Sequence[dict[str, Any]]) -> str:
 def _portfolio_row(target: str, portfolio: dict[str, Any], later: Sequence[dict[str, Any]] = ()) -> list[str]:
     """A target's C portfolio in the README: its default build, held out and on the sets outside the training list
     (pooled by clang's bytes where there are several); ``later``: the sets measured since with every shipped
-    policy, built as by default (the inliner's provenance records them), pooled beside."""
+    policy, built as by default (as the shipped files record them), pooled beside."""
     n = portfolio["default_candidates"]
     measured = portfolio.get("measured", {})
     held = next((m for name, m in measured.items() if name.endswith("(test)")), None)
@@ -517,12 +536,13 @@ def readme_results(directory: Path = PRETRAINED_DIR, lto_defaults: Sequence[tupl
     learned ThinLTO policies a default link serves where they ship (``optgym_cc.thinlto.served_by_default()``, which
     this layer may not import; the command passes it)."""
     provenances = _provenances(directory)
-    inliner = provenances.get("inline-size.provenance.json")
+    inliner = provenances.get(INLINER)
     rows = [_inliner_row(inliner)] if inliner else []
+    sets, _ = _unseen_sets(provenances)
     for target, portfolio in _per_target(directory, PORTFOLIO):
         # x86-64's C sets measured with every shipped policy, as a default build of that time compiled them
-        later = [] if target or not inliner else [
-            e["C"] for e in inliner["figures"].get("unseen_packages_with_shipped_policies", [])
+        later = [] if target else [
+            e["C"] for e in sets.values()
             if e.get("C", {}).get("evaluated") and e.get("candidates") == portfolio["default_candidates"]]  # fmt: skip
         rows.append(_portfolio_row(target, portfolio, later))
     rows += [
