@@ -547,3 +547,18 @@ def test_linear_annealing_falls_every_iteration_to_a_small_last_step():
     assert steps[0] == 0.05 and steps[-1] == pytest.approx(0.05 / 20)
     assert all(later < earlier for earlier, later in itertools.pairwise(steps))
     assert {step_size(0.05, i, 20, "none") for i in range(1, 21)} == {0.05}
+
+
+def test_resume_reads_each_trainers_own_config_and_refuses_anothers(tmp_path):
+    """``--resume`` rebuilds a trainer's options from the run's config.toml: an option this optgym no longer has is
+    left out (an older run still resumes), and a run of another trainer is refused by name."""
+    from optgym.train import es, imitate, pattern, sb3
+    from optgym.train.run import RunError, write_config
+
+    write_config(tmp_path, "es", {"corpus": "c", "output": "o", "iterations": 7, "an_option_since_removed": 1})
+    assert es.config_from_run(tmp_path).iterations == 7
+    for module, kind in ((pattern, "not a pattern search"), (imitate, "not an imitate one"), (sb3, "not an SB3")):
+        with pytest.raises(RunError, match=f"is a es run, {kind}"):
+            module.config_from_run(tmp_path)
+    write_config(tmp_path, "ppo", {"algorithm": "ppo", "corpus": "c", "output": "o", "iterations": 3})
+    assert sb3.config_from_run(tmp_path, output=tmp_path / "out").output == str(tmp_path / "out")

@@ -67,11 +67,11 @@ from optgym.train.run import (
     RunError,
     check_choices,
     check_language,
+    config_from,
     evaluate_final,
     modules_to_train_on,
     percentiles,
     prepare_run_dir,
-    read_config,
     read_state,
     write_config,
     write_snapshot,
@@ -438,10 +438,7 @@ def train_es(cfg: ESConfig, *, resume: bool = False, say=print, progress: bool =
 
 
 def config_from_run(path: Path) -> ESConfig:
-    algorithm, options, _ = read_config(path)
-    if algorithm != "es":
-        raise RunError(f"{path} is a {algorithm} run, not an ES one")
-    return ESConfig(**{k: v for k, v in options.items() if k in ESConfig.__dataclass_fields__})
+    return config_from(path, ESConfig, ["es"], "an ES one")
 
 
 __all__ = [

@@ -50,9 +50,9 @@ from optgym.problems import get_problem
 from optgym.train.run import (
     ProgressCSV,
     RunError,
+    config_from,
     evaluate_final,
     prepare_run_dir,
-    read_config,
     read_state,
     write_config,
     write_snapshot,
@@ -363,10 +363,7 @@ def train_imitate(cfg: ImitateConfig, *, resume: bool = False, say=print, progre
 
 
 def config_from_run(path: Path) -> ImitateConfig:
-    algorithm, options, _ = read_config(path)
-    if algorithm != "imitate":
-        raise RunError(f"{path} is a {algorithm} run, not an imitate one")
-    return ImitateConfig(**{k: v for k, v in options.items() if k in ImitateConfig.__dataclass_fields__})
+    return config_from(path, ImitateConfig, ["imitate"], "an imitate one")
 
 
 __all__ = [

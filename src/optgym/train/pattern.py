@@ -87,11 +87,11 @@ from optgym.train.run import (
     RunError,
     check_language,
     check_share,
+    config_from,
     evaluate_final,
     every_kth,
     modules_to_train_on,
     prepare_run_dir,
-    read_config,
     read_state,
     write_config,
     write_snapshot,
@@ -691,10 +691,7 @@ def search(cfg: PatternConfig, *, resume: bool = False, say: Callable[[str], Any
 
 
 def config_from_run(path: Path) -> PatternConfig:
-    algorithm, options, _ = read_config(Path(path) / "config.toml")
-    if algorithm != "pattern":
-        raise RunError(f"{path} is a {algorithm} run, not a pattern search")
-    return PatternConfig(**options)
+    return config_from(path, PatternConfig, ["pattern"], "a pattern search")
 
 
 __all__ = ["PatternConfig", "config_from_run", "measure_on_pool", "search", "train_pattern"]

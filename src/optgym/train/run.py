@@ -9,6 +9,7 @@ config, never the versions: a newer clang is allowed, and said).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -17,7 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tomli_w
 
@@ -25,6 +26,9 @@ from optgym.corpus import Corpus, Module
 from optgym.errors import OptgymError
 from optgym.files import atomic_write_bytes, read_versioned
 from optgym.policies.trained import SNAPSHOTS
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 CONFIG = "config.toml"
 PROGRESS = "progress.csv"
@@ -150,6 +154,20 @@ def read_config(path: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
     data = read_versioned(path, error=RunError, what="config", missing="not a training run",
                           max_version=CONFIG_FORMAT_VERSION)  # fmt: skip
     return data["algorithm"], data.get("run", {}), data.get("versions", {})
+
+
+Config = TypeVar("Config", bound="DataclassInstance")
+
+
+def config_from(path: Path, config_class: type[Config], algorithms: Iterable[str], kind: str) -> Config:
+    """``config_class`` (a trainer's dataclass) as a run of one of ``algorithms`` stored it, for ``--resume``.
+    Options the class no longer has are left out, so a run an older optgym started still resumes; ``kind`` names
+    the trainer in the error for a run of another one ("an ES one")."""
+    algorithm, options, _ = read_config(path)
+    if algorithm not in set(algorithms):
+        raise RunError(f"{path} is a {algorithm} run, not {kind}")
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    return config_class(**{k: v for k, v in options.items() if k in fields})
 
 
 def prepare_run_dir(run: Path, *, resume: bool) -> Path:

@@ -66,12 +66,12 @@ from optgym.train.run import (
     RunError,
     check_choices,
     check_language,
+    config_from,
     evaluate_final,
     modules_to_train_on,
     of_language,
     percentiles,
     prepare_run_dir,
-    read_config,
     read_state,
     write_config,
     write_snapshot,
@@ -598,11 +598,7 @@ def final_results(cfg: SB3Config, run: Path, say=print) -> dict[str, Any]:
 
 
 def config_from_run(path: Path, output: Path | None = None) -> SB3Config:
-    algorithm, options, _ = read_config(path)
-    if algorithm not in ALGORITHMS:
-        raise RunError(f"{path} is a {algorithm} run, not an SB3 one")
-    options = {k: v for k, v in options.items() if k in SB3Config.__dataclass_fields__}
-    cfg = SB3Config(**options)
+    cfg = config_from(path, SB3Config, ALGORITHMS, "an SB3 one")
     if output is not None:
         cfg.output = str(output)
     return cfg
