@@ -560,5 +560,7 @@ def test_resume_reads_each_trainers_own_config_and_refuses_anothers(tmp_path):
     for module, kind in ((pattern, "not a pattern search"), (imitate, "not an imitate one"), (sb3, "not an SB3")):
         with pytest.raises(RunError, match=f"is a es run, {kind}"):
             module.config_from_run(tmp_path)
+    write_config(tmp_path, "pattern", {"corpus": "c", "output": "o", "sweeps": 5, "an_option_since_removed": 1})
+    assert pattern.config_from_run(tmp_path).sweeps == 5
     write_config(tmp_path, "ppo", {"algorithm": "ppo", "corpus": "c", "output": "o", "iterations": 3})
     assert sb3.config_from_run(tmp_path, output=tmp_path / "out").output == str(tmp_path / "out")
