@@ -237,6 +237,20 @@ def test_evaluate_keeps_each_modules_smallest_candidate(port_corpus, tmp_path):
     assert mixed.exit_code == 1 and "with the shipped policy (pretrained) for regalloc-evict" in mixed.output
 
 
+def test_a_default_c_compile_under_an_inliner_that_leaves_c_to_clang_keeps_the_pass_options(port_corpus):
+    """The shipped inliner decides C++ only, so optgym-cc opens no channel for C and its launcher compiles the
+    portfolio's first candidate as clang with its pass options. ``optgym evaluate --candidates 1`` must measure that
+    compile, not clang's plain one (it did, from 2026-11-29 to 2026-12-07, and recorded C as 1.0000)."""
+    inliner = load_embedded(pretrained_path("inline-size"))
+    assert inliner is not None and inliner.languages == ["C++"], "this test needs an inliner that leaves C to clang"
+    first = load_portfolio().candidates[0]
+    assert not first.channel_policies([]), "the first candidate should be pass options alone"
+    (flagged,) = evaluate("heuristic", port_corpus, modules=["port"], workers=1, progress=False, flags=first.flags)
+    assert flagged.ok and flagged.policy_text != flagged.heuristic_text, "the options should move this source"
+    (row,) = evaluate("pretrained", port_corpus, modules=["port"], workers=1, progress=False, candidates=1)
+    assert row.ok and row.policy_text == flagged.policy_text
+
+
 def run_cc(args, cwd, **env):
     full = {**os.environ, "OPTGYM_SERVER_IDLE": "5", **env}
     for name in ("OPTGYM_CANDIDATES", "OPTGYM_EVICT_POLICY", "OPTGYM_PRIORITY_POLICY", "OPTGYM_GUARD_BELOW"):

@@ -252,10 +252,12 @@ def plain_compile(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     keep_object: Path | None = None,
+    extra_flags: Sequence[str] = (),
 ) -> EpisodeResult:
-    """The module compiled by the compiler alone (its own heuristic), measured by ``problem``."""
+    """The module compiled by the compiler alone (its own heuristic), measured by ``problem``. ``extra_flags``: pass
+    options of the compile (a portfolio candidate's), still with no channel open."""
     with tempfile.TemporaryFile() as obj:
-        argv = module.argv(toolchain.clang, problem.compile_flags(), "-")
+        argv = module.argv(toolchain.clang, [*extra_flags, *problem.compile_flags()], "-")
         res = run(argv, timeout=timeout, stdout=obj, cwd=module.workdir)
         return _result(problem, module.name, res.status, res.detail, res.seconds, res.stderr_tail, obj, keep_object)
 
