@@ -189,9 +189,10 @@ def test_the_plans_file_keeps_the_latest_plans_and_a_replaced_one_counts_as_new(
     assert all(direct.plan(path, k) is None for k in keys[:5] if k != keys[3])
 
 
-def test_the_shipped_inline_rule_leaves_c_to_clang_and_opens_no_channel_for_it():
-    """The rule's C side is ``none`` (clang's own, the held-out C figures unchanged), so the shipped file decides
-    C++ only, and a rule the threshold trainer writes says which languages it moves."""
+def test_the_shipped_inline_policy_leaves_c_to_clang_and_opens_no_channel_for_it():
+    """The shipped allowance was trained on C++ alone (``train pattern --language C++``), so its file decides C++
+    only and its held-out C figures are clang's own; a rule the threshold trainer writes says which languages it
+    moves, too."""
     shipped = load_embedded(pretrained_path("inline-size"))
     assert shipped is not None and shipped.languages == ["C++"]
     provenance = json.loads(pretrained_path("inline-size").with_suffix(".provenance.json").read_text())

@@ -125,11 +125,11 @@ def test_a_new_inliner_pools_cxx_over_its_own_sets_and_c_over_all(tmp_path):
     path.write_text(json.dumps(inliner))
     page = results_page(root)
     pooled = {(r[2], r[3]): r for r in _table_rows(page) if r[0].startswith("all ")}
-    assert pooled[("", "C++")][0] == "all 1 sets" and pooled[("", "C++")][5] == f"{newest['C++']['total_ratio']:.4f}"
+    assert pooled[("", "C++")][0] == "all 1 set" and pooled[("", "C++")][5] == f"{newest['C++']['total_ratio']:.4f}"
     c_sets = [e for e in every if e["C"]["evaluated"]]
     assert sum(int(r[0].split()[1]) for (_, language), r in pooled.items() if language == "C") == len(c_sets)
     rows = {r[0]: r for r in _table_rows(readme_results(root))}
-    assert "1 sets, the newest" in rows["x86-64 C++"][4]
+    assert rows["x86-64 C++"][4].endswith(f": `{newest['corpus']}`")
     assert rows["x86-64 C"] == {r[0]: r for r in _table_rows(readme_results(PRETRAINED_DIR))}["x86-64 C"]
 
 
@@ -238,7 +238,8 @@ def test_the_readme_results_follow_the_files(tmp_path):
     inliner = json.loads((PRETRAINED_DIR / "inline-size.provenance.json").read_text())
     sets = [e for e in inliner["figures"]["unseen_packages_with_shipped_policies"] if e.get("C++", {}).get("evaluated")]
     modules = sum(e["C++"]["evaluated"] for e in sets)
-    assert f"({modules} modules;" in rows["x86-64 C++"][4] and f"{len(sets)} sets" in rows["x86-64 C++"][4]
+    named = f"`{sets[0]['corpus']}`" if len(sets) == 1 else f"{len(sets)} sets, the newest `{sets[-1]['corpus']}`"
+    assert f"({modules} modules;" in rows["x86-64 C++"][4] and rows["x86-64 C++"][4].endswith(named)
     assert {"x86-64 C", "Cortex-M4 C", "x86-64 ThinLTO", "AArch64 ThinLTO"} <= rows.keys()
     plan = json.loads((PRETRAINED_DIR / THINLTO_PLAN).read_text())
     unseen = [(name, m) for name, m in plan["figures"].get("unseen", {}).items() if "(" not in name]

@@ -157,7 +157,7 @@ def _unseen(provenances: dict[str, dict[str, Any]]) -> list[str]:
             if e.get(language, {}).get("evaluated") and _decided_by_this_inliner(e, language, recorded):
                 pools.setdefault(e.get("candidates", "—") if language == "C" else "", []).append(e[language])
         for candidates, sets in pools.items():
-            rows.append(_pooled_row(f"all {len(sets)} sets", candidates, language, sets))
+            rows.append(_pooled_row(f"all {_count(len(sets), 'set')}", candidates, language, sets))
     header = [FIGURE_HEADER[0], "measured", "candidates", *FIGURE_HEADER[1:]]
     out += _table(header, rows)
     out += ["Packages (Debian bookworm versions are in the files):", ""]
@@ -292,7 +292,7 @@ def _portfolio(portfolio: dict[str, Any], target: str = "") -> list[str]:
             for i in range(min(len(m["prefixes"]) for m in unseen))
         ]
         modules = sum(m["prefixes"][0]["modules"] for m in unseen)
-        rows.append([f"the {len(unseen)} sets outside the training list", modules, *pooled])
+        rows.append([f"the {_count(len(unseen), 'set')} outside the training list", modules, *pooled])
     out += [
         "Berkeley text against clang-22 `-Oz` with the first N candidates (`maintainer/portfolio.py measure --record`; "
         "`CORPUS (test)` is that corpus's held-out split), and Berkeley text + data where the record has it (a pass "
@@ -462,10 +462,15 @@ def _portfolio_row(target: str, portfolio: dict[str, Any], later: Sequence[dict[
         sets = ", ".join(f"`{name}`" for name, _ in unseen)
         unseen_cell = f"{_with_worse(ratio, worse, modules)}: {sets}"
     if later:
-        unseen_cell += f"; {len(later)} more sets, with every shipped policy: {_pooled(later)}"
+        unseen_cell += f"; {_count(len(later), 'more set')}, with every shipped policy: {_pooled(later)}"
     compiles = "one compile" if n == 1 else f"{n} compiles, the smallest kept"
     return [f"{TARGET_NAMES.get(target, target)} C", f"the C portfolio ({compiles})", "per object", held_cell,
             unseen_cell]  # fmt: skip
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 set``, ``2 sets``: a count a reader reads as English."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _inliner_row(provenance: dict[str, Any]) -> list[str]:
@@ -475,7 +480,8 @@ def _inliner_row(provenance: dict[str, Any]) -> list[str]:
             if e.get("C++", {}).get("evaluated")]  # fmt: skip
     unseen_cell = "none measured yet"
     if sets:
-        unseen_cell = f"{_pooled([e['C++'] for e in sets])}: {len(sets)} sets, the newest `{sets[-1]['corpus']}`"
+        named = f"`{sets[0]['corpus']}`" if len(sets) == 1 else f"{len(sets)} sets, the newest `{sets[-1]['corpus']}`"
+        unseen_cell = f"{_pooled([e['C++'] for e in sets])}: {named}"
     return ["x86-64 C++", f"the inline policy `{provenance['policy']}` (`optgym train {provenance['algorithm']}`)",
             "per object",
             _with_worse(held["total_ratio"], held["regressed_over_1pct"], held["evaluated"]), unseen_cell]  # fmt: skip
