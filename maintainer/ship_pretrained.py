@@ -5,6 +5,7 @@
         [--fresh CORPUS] [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --unseen CORPUS [--unseen CORPUS]... [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --scorers-alone CORPUS [-j N]
+    .venv/bin/python -m maintainer.ship_pretrained --linked COMPARE_BUILD_DIR [--linked DIR]...
     .venv/bin/python -m maintainer.ship_pretrained --problem P --languages FAMILY[,FAMILY]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
@@ -38,6 +39,13 @@ alone and the scorers together, with clang's inlining and no portfolio (no secon
 writes the figures, with each configuration's largest package, into each scorer's provenance under
 ``unseen_scorers_alone``.
 
+``--linked`` ships nothing either: it records the linked figures of real builds, made with ``optgym compare-build
+SRC --test`` and the shipped inliner served by default, under ``linked_builds`` in the inliner's provenance (one
+entry per package, replacing one of the same package). Per-object sums count copies a linker folds, so these are
+the figures a user's program shows. A report is refused unless both builds passed their test suite, the build was
+native and without LTO (what the per-object inliner serves), it served ``pretrained`` and its
+``shipped_policies`` name the shipped inliner's very file, and the package is not one the policy trained on.
+
 ``--languages`` ships nothing new: the shipped policy of ``--problem``, the same network, exported again to decide
 only those language families, where its held-out figures show it deciding the others exactly as clang does (the
 inline rule's C side is ``none``). A family it leaves to clang opens no channel in ``optgym-cc``: the same objects,
@@ -50,6 +58,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -69,6 +78,8 @@ from optgym_cc.thinlto import LTO_CHANNELS
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
 UNSEEN = "unseen_packages_with_shipped_policies"
+#: Where ``--linked`` keeps its figures in the inliner's provenance: one entry per package built.
+LINKED = "linked_builds"
 #: Where ``--scorers-alone`` keeps its figures in each allocator scorer's provenance: one entry per corpus.
 ALONE = "unseen_scorers_alone"
 FIGURES = ("evaluated", "failed", "total_ratio", "dottext_ratio", "geomean_ratio", "improved", "regressed",
@@ -148,6 +159,8 @@ def main() -> int:
         action="store_true",
         help="ship a scorer as the policy of ThinLTO links' backends (<problem>-thinlto.onnx)",
     )
+    linked_help = "ship nothing: record this compare-build output's linked figures in the inliner's provenance"
+    parser.add_argument("--linked", type=Path, action="append", default=[], help=linked_help)
     languages_help = "ship nothing new: the shipped policy decides only these families (C, C++), as clang elsewhere"
     parser.add_argument("--languages", help=languages_help)
     parser.add_argument("-j", "--workers", type=int, default=None)
@@ -156,6 +169,10 @@ def main() -> int:
         return restrict_languages(args.problem, args.languages.split(","))
     if args.thinlto and args.problem == "inline-size":
         parser.error("--thinlto ships a register-allocation scorer (--problem regalloc-evict|regalloc-priority)")
+    if args.linked:
+        if args.run is not None or args.unseen or args.scorers_alone:
+            parser.error("--linked ships nothing and measures nothing: give it alone")
+        return record([linked_figures(d) for d in args.linked], LINKED, ["inline-size"], by="package")
     if args.unseen or args.scorers_alone:
         if args.run is not None:
             parser.error("--unseen and --scorers-alone ship nothing: give no RUN")
@@ -272,6 +289,48 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
     return record(measured, UNSEEN, ["inline-size", *beside])
 
 
+def linked_figures(outdir: Path) -> dict:
+    """One ``optgym compare-build --test`` output as a ``linked_builds`` entry, or a clear exit why it cannot be
+    one (see the module doc): linked Berkeley text, ``.text`` and file bytes of both builds, and their tests."""
+    path = outdir / "report.json"
+    if not path.is_file():
+        sys.exit(f"{outdir}: no report.json (the output directory of `optgym compare-build SRC --test -o DIR`)")
+    report = json.loads(path.read_text())
+    provenance = json.loads(pretrained_provenance("inline-size").read_text())
+    package = re.sub(r"-\d.*$", "", report["name"])  # Debian's `apt-get source` tree: NAME-VERSION
+    tests = report.get("tests") or {}
+    statuses = {v: (tests.get(v) or {}).get("status") for v in ("plain", "optgym")}
+    served = report.get("optgym_environment", {}).get("OPTGYM_POLICY", "pretrained")
+    options = report.get("options", {})
+    refusals = [
+        *(f"its report names a problem: {p}" for p in report.get("problems", [])),
+        *([] if statuses == {"plain": "passed", "optgym": "passed"} else
+          [f"a linked figure needs the test suite passing in both builds (plain {statuses['plain']}, "
+           f"optgym {statuses['optgym']})"]),
+        *([] if options.get("target") is None and options.get("lto") is None else
+          ["the inliner ships for native builds without LTO (this one had --target or --lto)"]),
+        *([] if served == "pretrained" else [f"it served OPTGYM_POLICY={served}, not the shipped inliner"]),
+        *([] if report.get("shipped_policies", {}).get("inline-size.onnx") == provenance["sha256"] else
+          ["its build served another inline-size.onnx than the one shipped now (or its report predates the record)"]),
+        *([f"{package} is on the inliner's training list"] if package in provenance["training_packages"] else []),
+    ]  # fmt: skip
+    if refusals:
+        sys.exit(f"{outdir}: not recorded: " + "; ".join(refusals))
+    totals = report["totals"]
+    return {
+        "package": package,
+        "source": report["name"],
+        "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "side": "heldout" if package in provenance["heldout_packages"] else "unseen",
+        "build_system": report["build_system"],
+        "outputs": totals["paired"],
+        "plain": totals["plain"],
+        "optgym": totals["optgym"],
+        "tests": statuses,
+        "build_cpu_ratio": report.get("build_ratio", {}).get("cpu"),
+    }
+
+
 def add_scorers_alone(corpora: list[Path], workers: int | None) -> int:
     """``--scorers-alone``: each shipped allocator scorer alone and the scorers together on each corpus's C modules,
     into each scorer's provenance (an entry of the same corpus is replaced)."""
@@ -280,14 +339,14 @@ def add_scorers_alone(corpora: list[Path], workers: int | None) -> int:
     return record(measured, ALONE, scorers)
 
 
-def record(measured: list[dict], key: str, problems: list[str]) -> int:
-    """``measured`` (one entry per corpus) into the figures under ``key`` of each of ``problems``' shipped
-    provenances, replacing an entry of the same corpus and keeping the others."""
-    names = {entry["corpus"] for entry in measured}
+def record(measured: list[dict], key: str, problems: list[str], by: str = "corpus") -> int:
+    """``measured`` (one entry per corpus, or per whatever ``by`` names) into the figures under ``key`` of each of
+    ``problems``' shipped provenances, replacing an entry of the same name and keeping the others."""
+    names = {entry[by] for entry in measured}
     for problem in problems:
         path = pretrained_provenance(problem)
         provenance = json.loads(path.read_text())
-        kept = [e for e in provenance["figures"].get(key, []) if e.get("corpus") not in names]
+        kept = [e for e in provenance["figures"].get(key, []) if e.get(by) not in names]
         provenance["figures"][key] = kept + measured
         atomic_write_bytes(path, json.dumps(provenance, indent=2).encode())
         print(f"provenance → {path}")

@@ -412,3 +412,41 @@ def test_a_test_failing_only_in_optgym_is_flagged():
     assert failing_only_in_optgym(plain, plain) == []
     unnamed = {"returncode": 0, "passed": None, "failed": None, "failed_names": None}
     assert failing_only_in_optgym(unnamed, {**unnamed, "returncode": 2}) == ["the test suite (exit status 2; plain: 0)"]
+
+
+def test_a_default_builds_report_names_its_shipped_files_and_records_as_the_inliners_linked_figure(
+    cmake_run, tmp_path, monkeypatch
+):
+    """A build serving ``pretrained`` records the hash of every shipped policy file, so ``ship_pretrained --linked``
+    can tie its linked figures to the inliner shipped now, and refuses a build of another policy, of another file,
+    or of a package the inliner trained on."""
+    from maintainer import ship_pretrained
+    from optgym.policies import PRETRAINED_DIR, file_identity, pretrained_provenance
+
+    src, never_out, _, _ = cmake_run
+    out = tmp_path / "default"
+    proc, report = compare_build(src, out, "--test", OPTGYM_POLICY="pretrained")
+    assert proc.returncode == 0, proc.stderr
+    shipped = report["shipped_policies"]
+    assert shipped["inline-size.onnx"] == file_identity(PRETRAINED_DIR / "inline-size.onnx")
+    assert "portfolio-c.json" in shipped and not any(name.endswith(".provenance.json") for name in shipped)
+    copy = tmp_path / "inline-size.provenance.json"
+    shutil.copy(pretrained_provenance("inline-size"), copy)
+    monkeypatch.setattr(ship_pretrained, "pretrained_provenance", lambda problem="inline-size": copy)
+    entry = ship_pretrained.linked_figures(out)
+    assert entry["package"] == src.name and entry["side"] == "unseen"
+    assert entry["tests"] == {"plain": "passed", "optgym": "passed"}
+    assert (entry["plain"], entry["optgym"]) == (report["totals"]["plain"], report["totals"]["optgym"])
+    before = json.loads(copy.read_text())["figures"].get(ship_pretrained.LINKED, [])
+    for _ in range(2):  # recorded again: replaced, not added; other packages' entries kept
+        ship_pretrained.record([entry], ship_pretrained.LINKED, ["inline-size"], by="package")
+    assert json.loads(copy.read_text())["figures"][ship_pretrained.LINKED] == [*before, entry]
+    with pytest.raises(SystemExit, match="served OPTGYM_POLICY=never"):
+        ship_pretrained.linked_figures(never_out)
+    provenance = json.loads(copy.read_text())
+    copy.write_text(json.dumps({**provenance, "sha256": "0" * 64}))
+    with pytest.raises(SystemExit, match=r"another inline-size\.onnx"):
+        ship_pretrained.linked_figures(out)
+    copy.write_text(json.dumps({**provenance, "training_packages": {src.name: "1.0"}}))
+    with pytest.raises(SystemExit, match="on the inliner's training list"):
+        ship_pretrained.linked_figures(out)

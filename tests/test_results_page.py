@@ -38,6 +38,11 @@ def _table_rows(page: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| ")]
 
 
+def _readme_rows(block: str) -> dict[str, list[str]]:
+    """The README table's rows by their code, the per-object or ThinLTO row of each (not the inliner's linked one)."""
+    return {r[0]: r for r in _table_rows(block) if not r[2].startswith("linked, default build")}
+
+
 def _rows(page: str, first_cell: str) -> list[list[str]]:
     """The cells of every table row of ``page`` whose first cell is ``first_cell``."""
     return [r for r in _table_rows(page) if r[0] == first_cell]
@@ -128,9 +133,9 @@ def test_a_new_inliner_pools_cxx_over_its_own_sets_and_c_over_all(tmp_path):
     assert pooled[("", "C++")][0] == "all 1 set" and pooled[("", "C++")][5] == f"{newest['C++']['total_ratio']:.4f}"
     c_sets = [e for e in every if e["C"]["evaluated"]]
     assert sum(int(r[0].split()[1]) for (_, language), r in pooled.items() if language == "C") == len(c_sets)
-    rows = {r[0]: r for r in _table_rows(readme_results(root))}
+    rows = _readme_rows(readme_results(root))
     assert rows["x86-64 C++"][4].endswith(f": `{newest['corpus']}`")
-    assert rows["x86-64 C"] == {r[0]: r for r in _table_rows(readme_results(PRETRAINED_DIR))}["x86-64 C"]
+    assert rows["x86-64 C"] == _readme_rows(readme_results(PRETRAINED_DIR))["x86-64 C"]
 
 
 def test_held_out_figures_of_every_policy():
@@ -233,7 +238,7 @@ def test_the_readme_results_follow_the_files(tmp_path):
     portfolio["measured"] = {held: portfolio["measured"][held]}
     portfolio["measured"][held]["prefixes"][portfolio["default_candidates"] - 1]["total_ratio"] = 0.12344
     path.write_text(json.dumps(portfolio))
-    rows = {r[0]: r for r in _table_rows(readme_results(root, served_by_default()))}
+    rows = _readme_rows(readme_results(root, served_by_default()))
     assert rows["AArch64 C"][3].startswith("**0.1234**") and rows["AArch64 C"][4] == "none measured yet"
     inliner = json.loads((PRETRAINED_DIR / "inline-size.provenance.json").read_text())
     sets = [e for e in inliner["figures"]["unseen_packages_with_shipped_policies"] if e.get("C++", {}).get("evaluated")]
@@ -255,7 +260,7 @@ def test_the_readme_results_follow_the_files(tmp_path):
     assert rows["x86-64 ThinLTO"][1] == "the ThinLTO plan (`thinlto.json`)"  # this copy ships no .onnx
     (root / "regalloc-evict-thinlto.onnx").write_bytes(b"")
     (root / "regalloc-priority-thinlto.onnx").write_bytes(b"")  # asked for, not the default: not named
-    rows = {r[0]: r for r in _table_rows(readme_results(root, served_by_default()))}
+    rows = _readme_rows(readme_results(root, served_by_default()))
     assert rows["x86-64 ThinLTO"][1].endswith("and the eviction scorer (`regalloc-evict-thinlto.onnx`)")
     assert "scorer" not in rows["AArch64 ThinLTO"][1]
     with pytest.raises(ValueError, match="no results block"):
@@ -334,3 +339,32 @@ def test_the_scorers_alone_on_unseen_code_appear_under_each_scorer():
                 largest = entry[key]["largest_package"]
                 assert f"{largest['package']} {largest['ratio']:.4f}" in section
     assert recorded  # the shipped scorers carry at least one such set
+
+
+def test_the_inliners_linked_builds_are_a_readme_row_pooled_by_plain_bytes_and_a_table_on_the_page(tmp_path):
+    """Linked builds recorded in the inliner's provenance (``ship_pretrained --linked``): the README pools each side's
+    packages by plain clang's bytes, Berkeley text first and ``.text`` beside it; the page lists every package."""
+    root = tmp_path / "pretrained"
+    shutil.copytree(PRETRAINED_DIR, root, ignore=shutil.ignore_patterns("*.onnx"))
+    path = root / "inline-size.provenance.json"
+    inliner = json.loads(path.read_text())
+
+    def build(package: str, side: str, plain: int, mine: int) -> dict:
+        sizes = {"text": plain, "dottext": plain // 2, "file": plain * 2}
+        return {"package": package, "source": f"{package}-1.0", "side": side, "build_system": "cmake", "outputs": 2,
+                "plain": sizes, "optgym": {"text": mine, "dottext": mine // 2, "file": mine * 2},
+                "tests": {"plain": "passed", "optgym": "passed"}, "build_cpu_ratio": 1.2}  # fmt: skip
+
+    inliner["figures"]["linked_builds"] = [
+        build("held", "heldout", 1000, 900),
+        build("aaa", "unseen", 3000, 2400),
+        build("zzz", "unseen", 1000, 1000),
+    ]
+    path.write_text(json.dumps(inliner))
+    rows = [r for r in _table_rows(readme_results(root)) if r[0] == "x86-64 C++" and r[2].startswith("linked")]
+    assert len(rows) == 1
+    assert rows[0][3] == "**0.9000** (`.text` 0.9000): held, tests passing"
+    assert rows[0][4] == "**0.8500** (`.text` 0.8500): aaa, zzz, tests passing"  # 3400 of 4000 bytes, not a mean
+    page_rows = {r[0]: r for r in _table_rows(results_page(root))}
+    assert page_rows["aaa-1.0 (outside the training list)"][2:5] == ["0.8000", "0.8000", "0.8000"]
+    assert page_rows["held-1.0 (held out)"][5] == "passed / passed"

@@ -616,6 +616,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(b / a, 4) if a and b is not None else None
 
 
+def shipped_policies() -> dict[str, str]:
+    """The content hash of every policy file the package ships, by its path under ``pretrained/``: what a build
+    that serves ``pretrained`` (the default) ran with, so a figure of this report can be tied to one shipped file
+    (``maintainer.ship_pretrained --linked`` refuses a report of another)."""
+    from optgym.policies import PRETRAINED_DIR, file_identity
+
+    files = sorted(p for p in PRETRAINED_DIR.rglob("*") if p.is_file() and not p.name.endswith(".provenance.json"))
+    return {p.relative_to(PRETRAINED_DIR).as_posix(): file_identity(p) for p in files}
+
+
 def compare_build(opts: CompareOptions, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Build ``opts.source`` twice, compare the linked outputs, run the tests if asked; the report's
     ``problems`` name whatever should fail the command (a build that failed, a test failing only in optgym)."""
@@ -661,6 +671,7 @@ def compare_build(opts: CompareOptions, progress: Callable[[str], None] = lambda
                 report["optgym_environment"] = {
                     k: v for k, v in sorted(envs[variant].items()) if k.startswith("OPTGYM_")
                 }
+                report["shipped_policies"] = shipped_policies()
             report["builds"][variant], trees[variant] = _build_variant(system, opts, variant, tools[variant],
                                                                        envs[variant], progress)  # fmt: skip
             if not report["builds"][variant]["ok"]:

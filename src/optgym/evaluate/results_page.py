@@ -208,10 +208,27 @@ def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
         fresh = figures.get("fresh_packages_with_shipped_policies", {}).get("packages")
         if fresh:
             out += [f"Fresh packages: {', '.join(sorted(fresh))}.", ""]
+        out += _linked_builds(figures.get("linked_builds", []))
         training = figures.get("training", {})
         if training.get("candidates"):
             out += _candidates(training)
     return out
+
+
+def _linked_builds(entries: Sequence[dict[str, Any]]) -> list[str]:
+    """The policy's linked builds (``maintainer/ship_pretrained.py --linked``): per package, optgym ÷ plain clang."""
+    if not entries:
+        return []
+    rows = []
+    for e in entries:
+        ratio = {f: _ratio(e["optgym"][f] / e["plain"][f]) for f in ("text", "dottext", "file")}
+        side = "held out" if e["side"] == "heldout" else "outside the training list"
+        cpu = f"{e['build_cpu_ratio']:.2f}×" if e.get("build_cpu_ratio") else "—"
+        rows.append([f"{e['source']} ({side})", e["outputs"], ratio["text"], ratio["dottext"], ratio["file"],
+                     " / ".join(e["tests"][v] for v in ("plain", "optgym")), cpu])  # fmt: skip
+    header = ["package", "linked outputs", "Berkeley text", "`.text`", "file", "tests plain / optgym", "build CPU"]
+    return ["Linked builds, `optgym compare-build SRC --test` with this policy served by default, optgym ÷ plain "
+            "clang-22 `-Oz` over every linked executable and shared library:", "", *_table(header, rows)]  # fmt: skip
 
 
 def _largest_packages(entry: dict[str, Any], problem: str) -> str:
@@ -487,6 +504,25 @@ def _inliner_row(provenance: dict[str, Any]) -> list[str]:
             _with_worse(held["total_ratio"], held["regressed_over_1pct"], held["evaluated"]), unseen_cell]  # fmt: skip
 
 
+def _inliner_linked_row(provenance: dict[str, Any], linked: Sequence[dict[str, Any]]) -> list[str]:
+    """x86-64 C++ linked: the inliner's recorded builds, pooled by plain clang's bytes, held out and unseen."""
+
+    def cell(entries: list[dict[str, Any]]) -> str:
+        if not entries:
+            return "none measured yet"
+
+        def pooled(field: str) -> str:
+            return _ratio(sum(e["optgym"][field] for e in entries) / sum(e["plain"][field] for e in entries))
+
+        names = ", ".join(sorted(e["package"] for e in entries))
+        return f"**{pooled('text')}** (`.text` {pooled('dottext')}): {names}, tests passing"
+
+    return ["x86-64 C++", f"the inline policy `{provenance['policy']}`",
+            "linked, default build: Berkeley `text` (`.text`), against plain clang",
+            cell([e for e in linked if e["side"] == "heldout"]),
+            cell([e for e in linked if e["side"] != "heldout"])]  # fmt: skip
+
+
 def _thinlto_row(
     target: str, plan: dict[str, Any], directory: Path, lto_defaults: Sequence[tuple[str, str]]
 ) -> list[str]:
@@ -544,6 +580,8 @@ def readme_results(directory: Path = PRETRAINED_DIR, lto_defaults: Sequence[tupl
     provenances = _provenances(directory)
     inliner = provenances.get(INLINER)
     rows = [_inliner_row(inliner)] if inliner else []
+    if inliner and (linked := inliner["figures"].get("linked_builds")):
+        rows.append(_inliner_linked_row(inliner, linked))
     sets, _ = _unseen_sets(provenances)
     for target, portfolio in _per_target(directory, PORTFOLIO):
         # x86-64's C sets measured with every shipped policy, as a default build of that time compiled them
