@@ -6,6 +6,8 @@
     .venv/bin/python -m maintainer.ship_pretrained --unseen CORPUS [--unseen CORPUS]... [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --scorers-alone CORPUS [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --linked COMPARE_BUILD_DIR [--linked DIR]...
+    .venv/bin/python -m maintainer.ship_pretrained RUN --corpus CORPUS --target aarch64 [-j N]
+    .venv/bin/python -m maintainer.ship_pretrained --unseen CORPUS --target aarch64 [-j N]
     .venv/bin/python -m maintainer.ship_pretrained --problem P --languages FAMILY[,FAMILY]
 
 1. The policy into ``src/optgym/policies/pretrained/`` — what ``--policy pretrained`` and
@@ -38,6 +40,11 @@ training runs.
 alone and the scorers together, with clang's inlining and no portfolio (no second compile can hide a loss), and
 writes the figures, with each configuration's largest package, into each scorer's provenance under
 ``unseen_scorers_alone``.
+
+``--target DIR`` ships an inliner for another target: into ``pretrained/DIR/`` (``aarch64``; ``thumbv7em``, ``arm``),
+where ``optgym-cc`` looks first for a compile of that target (docs/targets.md), with its provenance beside it. Its
+figures are the file's own, measured by its path (``--policy pretrained`` is x86-64's); with ``--unseen``, the target
+inliner alone on each corpus, into its provenance.
 
 ``--linked`` ships nothing either: it records the linked figures of real builds, made with ``optgym compare-build
 SRC --test`` and the shipped inliner served by default, under ``linked_builds`` in the inliner's provenance (one
@@ -159,6 +166,8 @@ def main() -> int:
         action="store_true",
         help="ship a scorer as the policy of ThinLTO links' backends (<problem>-thinlto.onnx)",
     )
+    target_help = "ship an inliner for this target's compiles (a directory of pretrained/: aarch64, thumbv7em, arm)"
+    parser.add_argument("--target", help=target_help)
     linked_help = "ship nothing: record this compare-build output's linked figures in the inliner's provenance"
     parser.add_argument("--linked", type=Path, action="append", default=[], help=linked_help)
     languages_help = "ship nothing new: the shipped policy decides only these families (C, C++), as clang elsewhere"
@@ -169,10 +178,16 @@ def main() -> int:
         return restrict_languages(args.problem, args.languages.split(","))
     if args.thinlto and args.problem == "inline-size":
         parser.error("--thinlto ships a register-allocation scorer (--problem regalloc-evict|regalloc-priority)")
+    if args.target and (args.problem != "inline-size" or args.thinlto or args.fresh or args.scorers_alone):
+        parser.error("--target ships an inliner alone (no --problem, --thinlto, --fresh or --scorers-alone)")
+    if args.target and args.unseen:
+        return add_target_unseen(args.target, args.unseen, args.workers)
     if args.linked:
         if args.run is not None or args.unseen or args.scorers_alone:
             parser.error("--linked ships nothing and measures nothing: give it alone")
-        return record([linked_figures(d) for d in args.linked], LINKED, ["inline-size"], by="package")
+        return record(
+            [linked_figures(d) for d in args.linked], LINKED, [pretrained_provenance("inline-size")], by="package"
+        )
     if args.unseen or args.scorers_alone:
         if args.run is not None:
             parser.error("--unseen and --scorers-alone ship nothing: give no RUN")
@@ -183,6 +198,9 @@ def main() -> int:
         parser.error("RUN and --corpus are required to ship (or --unseen CORPUS to add figures)")
 
     shipped = thinlto_path(args.problem) if args.thinlto else pretrained_path(args.problem)
+    if args.target:
+        shipped = target_path(args.target)
+        shipped.parent.mkdir(exist_ok=True)
     trained = export_policy if args.problem == "inline-size" else ship_scorer
     ship = ship_export if args.run.suffix == ".onnx" else trained
     metadata = ship(args.run, shipped)
@@ -193,7 +211,7 @@ def main() -> int:
     if not split:
         sys.exit(f"{args.corpus} has no stored split: the held-out packages are its test side")
     heldout_corpus = Corpus(args.corpus, split="test")
-    spec = str(shipped) if args.thinlto else "pretrained"
+    spec = str(shipped) if args.thinlto or args.target else "pretrained"
     rows = evaluate(spec, heldout_corpus, problem=args.problem, workers=args.workers, progress=True)
     heldout = by_language(rows, heldout_corpus)
     figures = {"training": training_figures(args.run, metadata), "heldout": heldout}
@@ -210,7 +228,7 @@ def main() -> int:
             figures["heldout_with_thinlto_policies"] = {"with": other, **by_language(together, heldout_corpus)}
     # what optgym-cc runs by default: every shipped policy of the compile
     beside = shipped_scorers()
-    if args.problem != "inline-size" and not args.thinlto:
+    if args.problem != "inline-size" and not args.thinlto:  # (a target ships its inliner alone)
         together = evaluate("pretrained", heldout_corpus, workers=args.workers, progress=True,
                             companions=[(p, "pretrained") for p in beside])  # fmt: skip
         figures["heldout_with_shipped_policies"] = {"with": ["inline-size", *beside],
@@ -221,7 +239,7 @@ def main() -> int:
     test_groups = set(split["test_groups"])
     trained = training_packages(args.run, metadata, args.corpus)
     provenance = {
-        "policy": shipped.name,
+        "policy": shipped.relative_to(pretrained_path(args.problem).parent).as_posix(),
         "sha256": digest,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "problem": metadata["problem"],
@@ -286,7 +304,26 @@ def add_unseen(corpora: list[Path], workers: int | None) -> int:
     measured = [unseen_figures(path, beside, workers) for path in corpora]
     for entry in measured:
         print_figures(f"unseen {entry['corpus']}", entry)
-    return record(measured, UNSEEN, ["inline-size", *beside])
+    return record(measured, UNSEEN, [pretrained_provenance(p) for p in ["inline-size", *beside]])
+
+
+def target_path(target: str) -> Path:
+    """Where the inliner for ``target``'s compiles ships: the first place ``optgym-cc`` looks for it."""
+    return pretrained_path("inline-size").parent / target / pretrained_path("inline-size").name
+
+
+def add_target_unseen(target: str, corpora: list[Path], workers: int | None) -> int:
+    """``--unseen --target``: the target's inliner alone, by its path, on each corpus (of that target's code)."""
+    shipped = target_path(target)
+    if not shipped.is_file():
+        sys.exit(f"no inliner ships for {target} ({shipped} is missing)")
+    measured = []
+    for path in corpora:
+        corpus = Corpus(path)
+        rows = evaluate(str(shipped), corpus, workers=workers, progress=True)
+        measured.append({**set_record(path, corpus), "with": ["inline-size"], **by_language(rows, corpus)})
+        print_figures(f"unseen {measured[-1]['corpus']}", measured[-1])
+    return record(measured, UNSEEN, [shipped.with_suffix(".provenance.json")])
 
 
 def linked_figures(outdir: Path) -> dict:
@@ -336,15 +373,14 @@ def add_scorers_alone(corpora: list[Path], workers: int | None) -> int:
     into each scorer's provenance (an entry of the same corpus is replaced)."""
     scorers = shipped_scorers()
     measured = [scorers_alone_figures(path, scorers, workers) for path in corpora]
-    return record(measured, ALONE, scorers)
+    return record(measured, ALONE, [pretrained_provenance(p) for p in scorers])
 
 
-def record(measured: list[dict], key: str, problems: list[str], by: str = "corpus") -> int:
+def record(measured: list[dict], key: str, provenances: list[Path], by: str = "corpus") -> int:
     """``measured`` (one entry per corpus, or per whatever ``by`` names) into the figures under ``key`` of each of
-    ``problems``' shipped provenances, replacing an entry of the same name and keeping the others."""
+    the ``provenances``, replacing an entry of the same name and keeping the others."""
     names = {entry[by] for entry in measured}
-    for problem in problems:
-        path = pretrained_provenance(problem)
+    for path in provenances:
         provenance = json.loads(path.read_text())
         kept = [e for e in provenance["figures"].get(key, []) if e.get(by) not in names]
         provenance["figures"][key] = kept + measured

@@ -439,7 +439,7 @@ def test_a_default_builds_report_names_its_shipped_files_and_records_as_the_inli
     assert (entry["plain"], entry["optgym"]) == (report["totals"]["plain"], report["totals"]["optgym"])
     before = json.loads(copy.read_text())["figures"].get(ship_pretrained.LINKED, [])
     for _ in range(2):  # recorded again: replaced, not added; other packages' entries kept
-        ship_pretrained.record([entry], ship_pretrained.LINKED, ["inline-size"], by="package")
+        ship_pretrained.record([entry], ship_pretrained.LINKED, [copy], by="package")
     assert json.loads(copy.read_text())["figures"][ship_pretrained.LINKED] == [*before, entry]
     with pytest.raises(SystemExit, match="served OPTGYM_POLICY=never"):
         ship_pretrained.linked_figures(never_out)

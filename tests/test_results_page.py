@@ -368,3 +368,30 @@ def test_the_inliners_linked_builds_are_a_readme_row_pooled_by_plain_bytes_and_a
     page_rows = {r[0]: r for r in _table_rows(results_page(root))}
     assert page_rows["aaa-1.0 (outside the training list)"][2:5] == ["0.8000", "0.8000", "0.8000"]
     assert page_rows["held-1.0 (held out)"][5] == "passed / passed"
+
+
+def test_another_targets_inliner_is_its_own_row_and_its_sets_stay_out_of_x86_64s(tmp_path):
+    """An inliner shipped for AArch64 (pretrained/aarch64/inline-size.provenance.json): the README's AArch64 C++ row
+    reads its held-out figure and its own sets outside the training list; x86-64's C++ row does not change."""
+    root = tmp_path / "pretrained"
+    shutil.copytree(PRETRAINED_DIR, root, ignore=shutil.ignore_patterns("*.onnx"))
+    path = root / "aarch64" / "inline-size.provenance.json"
+    x86 = _readme_rows(readme_results(root))["x86-64 C++"]
+    if not path.is_file():  # a package that ships none for AArch64: the test's own
+        shutil.copy(root / "inline-size.provenance.json", path)
+    provenance = json.loads(path.read_text())
+    held = provenance["figures"]["heldout"]["C++"]
+    figures = {
+        "evaluated": 10,
+        "total_ratio": 0.81234,
+        "dottext_ratio": 0.8,
+        "regressed_over_1pct": 0,
+        "heuristic_text_bytes": 1000,
+    }
+    provenance["figures"]["unseen_packages_with_shipped_policies"] = [{"corpus": "a64-new", "C++": figures}]
+    path.write_text(json.dumps(provenance))
+    rows = _readme_rows(readme_results(root))
+    assert rows["AArch64 C++"][3].startswith(f"**{held['total_ratio']:.4f}** ({held['evaluated']} modules;")
+    assert rows["AArch64 C++"][4] == "**0.8123** (10 modules; none > 1 % worse): `a64-new`"
+    assert rows["x86-64 C++"] == x86
+    assert "| a64-new (outside the training list) | C++ | 10 | 0.8123 |" in results_page(root)

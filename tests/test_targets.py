@@ -70,6 +70,8 @@ CASES = [
          EM_ARM, 14, PICOLIBC / "stdio.h", "picolibc-arm-none-eabi"),
 ]  # fmt: skip
 BY_NAME = {case.name: case for case in CASES}
+#: A target optgym ships no policy of any kind for (clang-22 builds its objects; no headers needed for FANOUT_SOURCE).
+NO_POLICY_TRIPLE = "riscv64-linux-gnu"
 
 
 def e_machine(path: Path) -> int:
@@ -520,18 +522,15 @@ def compile_env(runtime: Path) -> dict[str, str]:
     return env
 
 
-def test_an_aarch64_compile_through_optgym_cc_is_clangs_with_one_note_per_build(toolchain, tmp_path):
-    """No policy ships for AArch64: optgym-cc compiles exactly clang's object, starts no server, and says so once —
-    the next compiles of the build are silent, ``OPTGYM_VERBOSE=1`` says it every time, and an x86-64 compile
-    in the same build is served as before (no note)."""
-    case = BY_NAME["aarch64"]
-    if reason := case.skip_reason():
-        pytest.skip(reason)
-    (tmp_path / "tree.c").write_text(C_SOURCE)
+def test_a_compile_for_a_target_with_no_policy_is_clangs_with_one_note_per_build(toolchain, tmp_path):
+    """No policy ships for RISC-V: optgym-cc compiles exactly clang's object, starts no server, and says so once —
+    the next compiles of the build are silent, ``OPTGYM_VERBOSE=1`` says it every time, and a compile that is not
+    served says nothing."""
+    (tmp_path / "tree.c").write_text(FANOUT_SOURCE)
     runtime = tmp_path / "run"
     runtime.mkdir()
     env = compile_env(runtime)
-    flags = [f"--target={case.triple}", "-Oz", "-c", "tree.c"]
+    flags = [f"--target={NO_POLICY_TRIPLE}", "-Oz", "-c", "tree.c"]
     clang = subprocess.run([str(toolchain.clang), *flags, "-o", "clang.o"], cwd=tmp_path, capture_output=True,
                            text=True, env=env)  # fmt: skip
     assert clang.returncode == 0 and clang.stderr == ""
@@ -542,12 +541,12 @@ def test_an_aarch64_compile_through_optgym_cc_is_clangs_with_one_note_per_build(
         assert served.returncode == 0, served.stderr
         assert (tmp_path / f"cc{i}.o").read_bytes() == (tmp_path / "clang.o").read_bytes()
         stderrs.append(served.stderr)
-    note = optgym_cc.NO_POLICY_NOTE.format(what="", family="aarch64", target=case.triple)
+    note = optgym_cc.NO_POLICY_NOTE.format(what="", family="riscv64", target=NO_POLICY_TRIPLE)
     assert stderrs == [note, "", note]
-    assert "ships no policy for aarch64" in note and note.count("\n") == 1
+    assert "ships no policy for riscv64" in note and note.count("\n") == 1
     assert not list((runtime / "optgym").glob("serve-*.sock"))  # clang's own compile: no server was started
     # a compile that is not served (here -O2) says nothing even at the start of a build
-    quiet = subprocess.run([CC, f"--target={case.triple}", "-O2", "-c", "tree.c", "-o", "o2.o"], cwd=tmp_path,
+    quiet = subprocess.run([CC, f"--target={NO_POLICY_TRIPLE}", "-O2", "-c", "tree.c", "-o", "o2.o"], cwd=tmp_path,
                            capture_output=True, text=True, env=compile_env(tmp_path / "other"))  # fmt: skip
     assert quiet.returncode == 0 and quiet.stderr == ""
 
@@ -555,17 +554,14 @@ def test_an_aarch64_compile_through_optgym_cc_is_clangs_with_one_note_per_build(
 def test_a_configure_check_leaves_the_note_to_the_build(tmp_path):
     """A build system's check (a CMake try-compile, autoconf's conftest.c) says nothing — its stderr is a log nobody
     reads, or a flag check's verdict — and the build's first real compile still gets the note."""
-    case = BY_NAME["aarch64"]
-    if reason := case.skip_reason():
-        pytest.skip(reason)
     probe = tmp_path / "build" / "CMakeFiles" / "CMakeScratch" / "TryCompile-abc"
     probe.mkdir(parents=True)
     (probe / "src.c").write_text(FANOUT_SOURCE)
     (tmp_path / "conftest.c").write_text(FANOUT_SOURCE)
     (tmp_path / "real.c").write_text(FANOUT_SOURCE)
     env = compile_env(tmp_path / "run")
-    flags = [f"--target={case.triple}", "-Oz", "-c"]
-    note = optgym_cc.NO_POLICY_NOTE.format(what="", family="aarch64", target=case.triple)
+    flags = [f"--target={NO_POLICY_TRIPLE}", "-Oz", "-c"]
+    note = optgym_cc.NO_POLICY_NOTE.format(what="", family="riscv64", target=NO_POLICY_TRIPLE)
     steps = [(probe, "src.c", ""), (tmp_path, "conftest.c", ""), (tmp_path, "real.c", note), (tmp_path, "real.c", "")]
     for cwd, source, expected in steps:
         done = subprocess.run([CC, *flags, source], cwd=cwd, capture_output=True, text=True, env=env)
@@ -585,7 +581,8 @@ def test_a_triple_prefixed_optgym_cc_compiles_for_its_target(toolchain, tmp_path
     env = compile_env(tmp_path / "run")
     done = subprocess.run([str(prefixed), "-Oz", "-c", "fanout.c", "-o", "p.o"], cwd=tmp_path, capture_output=True,
                           text=True, env=env)  # fmt: skip
-    assert done.returncode == 0 and "ships no policy for aarch64" in done.stderr
+    # AArch64 ships an inliner (C++ only) and no allocator scorers: the note names what it lacks, for its family
+    assert done.returncode == 0 and "ships no regalloc-evict/regalloc-priority policy for aarch64" in done.stderr
     subprocess.run([str(toolchain.clang), f"--target={case.triple}", "-Oz", "-c", "fanout.c", "-o", "c.o"],
                    cwd=tmp_path, check=True)  # fmt: skip
     assert e_machine(tmp_path / "p.o") == EM_AARCH64
@@ -716,7 +713,9 @@ def test_cmake_cross_build_through_optgym_cc_runs_its_tests_under_qemu(toolchain
         assert done.returncode == 0, done.stdout + done.stderr
         output += done.stdout + done.stderr
     assert "100% tests passed" in output and e_machine(build / "tool") == EM_AARCH64
-    assert output.count("optgym-cc: note:") == 1 and "ships no policy for aarch64" in output
+    assert output.count("optgym-cc: note:") == 1 and "ships no regalloc-evict/regalloc-priority policy for aarch64" in (
+        output
+    )
 
 
 FIRMWARE_STARTUP = r"""
@@ -872,3 +871,25 @@ def test_compare_build_for_aarch64_runs_both_test_suites_under_qemu(tmp_path):
     log = (out / "optgym.log").read_text()
     assert log.count("optgym-cc: note:") == 1 and "ships no regalloc-evict/regalloc-priority policy for aarch64" in log
     assert "optgym-cc: note:" not in (out / "plain.log").read_text()
+
+
+def test_an_aarch64_cxx_compile_is_decided_by_the_inliner_shipped_for_aarch64(toolchain, tmp_path):
+    """AArch64 ships its own C++ inliner (pretrained/aarch64/inline-size.onnx, trained on AArch64 code): a default
+    AArch64 C++ compile is served by that file, not x86-64's, and deletes the static function clang keeps."""
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    shipped = Path(optgym_cc.PRETRAINED_DIR) / "aarch64" / "inline-size.onnx"
+    policies, missing = optgym_cc.target_policies((case.triple, "aarch64"))
+    assert policies == [("inline-size", str(shipped))] and missing == ["regalloc-evict", "regalloc-priority"]
+    (tmp_path / "fanout.cpp").write_text(FANOUT_SOURCE.replace("extern void sink", 'extern "C" void sink'))
+    env = compile_env(tmp_path / "run")
+    flags = [f"--target={case.triple}", "-Oz", "-c", "fanout.cpp"]
+    cxx = str(BIN / "optgym-c++")
+    for name, extra in (("default.o", {}), ("named.o", {"OPTGYM_POLICY": str(shipped)})):
+        done = subprocess.run([cxx, *flags, "-o", name], cwd=tmp_path, capture_output=True, text=True,
+                              env={**env, **extra})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    subprocess.run([str(toolchain.clang), *flags, "-o", "clang.o"], cwd=tmp_path, check=True)  # C++ by the suffix
+    assert (tmp_path / "default.o").read_bytes() == (tmp_path / "named.o").read_bytes()
+    assert object_sizes(tmp_path / "default.o").text_bytes < object_sizes(tmp_path / "clang.o").text_bytes

@@ -182,7 +182,11 @@ def _pooled_row(label: str, candidates: Any, language: str, sets: list[dict[str,
             pooled["guarded_ratio"], f"{pooled['guarded_below_ratio']}, {below} worse"]  # fmt: skip
 
 
-def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
+def _per_policy(
+    provenances: dict[str, dict[str, Any]], title: str = "## Each policy's own record", with_unseen: bool = False
+) -> list[str]:
+    """A section per provenance: its held-out and training figures, and with ``with_unseen`` its sets outside the
+    training list too (another target's inliner, whose sets the x86-64 pooling above leaves out)."""
     sections = {
         "heldout": "held-out split, this policy alone",
         "heldout_with_shipped_policies": "held-out split, every shipped policy together",
@@ -190,7 +194,7 @@ def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
         "training_sample": "training sample, this policy alone",
         "fresh_packages_with_shipped_policies": "fresh packages, every policy shipped then",
     }
-    out = ["## Each policy's own record", ""]
+    out = [title, ""] if provenances else []
     for p in provenances.values():
         figures = p["figures"]
         out += [f"### `{p['policy']}` ({p['problem']}, created {p['created'][:10]})", ""]
@@ -198,6 +202,8 @@ def _per_policy(provenances: dict[str, dict[str, Any]]) -> list[str]:
         if held:
             out += [f"Held-out packages (never trained on): {held}.", ""]
         rows = [row for key, label in sections.items() if key in figures for row in _language_rows(label, figures[key])]
+        for entry in figures.get("unseen_packages_with_shipped_policies", []) if with_unseen else []:
+            rows += _language_rows(f"{entry['corpus']} (outside the training list)", entry)
         alone = figures.get("unseen_scorers_alone", [])  # maintainer/ship_pretrained.py --scorers-alone
         for entry in alone:
             for key, label in ((p["problem"], "this policy alone"), ("together", "the scorers together")):
@@ -435,6 +441,11 @@ def results_page(directory: Path = PRETRAINED_DIR) -> str:
         *(line for target, data in portfolios for line in _portfolio(data, target)),
         *(line for target, plan in _per_target(directory, THINLTO_PLAN) for line in _thinlto_plan(plan, target)),
         *_per_policy(provenances),
+        *_per_policy(
+            {f"{target}/{INLINER}": data for target, data in _per_target(directory, INLINER) if target},
+            "## Other targets' inliners",
+            with_unseen=True,
+        ),
     ]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -490,8 +501,9 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _inliner_row(provenance: dict[str, Any]) -> list[str]:
-    """x86-64 C++: the shipped inline policy, held out and pooled over every set outside the training list."""
+def _inliner_row(provenance: dict[str, Any], target: str = "") -> list[str]:
+    """A target's C++ (x86-64's: ``target`` ""): its shipped inline policy, held out and pooled over every set
+    outside the training list."""
     held = provenance["figures"]["heldout"]["C++"]
     sets = [e for e in provenance["figures"].get("unseen_packages_with_shipped_policies", [])
             if e.get("C++", {}).get("evaluated")]  # fmt: skip
@@ -499,7 +511,8 @@ def _inliner_row(provenance: dict[str, Any]) -> list[str]:
     if sets:
         named = f"`{sets[0]['corpus']}`" if len(sets) == 1 else f"{len(sets)} sets, the newest `{sets[-1]['corpus']}`"
         unseen_cell = f"{_pooled([e['C++'] for e in sets])}: {named}"
-    return ["x86-64 C++", f"the inline policy `{provenance['policy']}` (`optgym train {provenance['algorithm']}`)",
+    return [f"{TARGET_NAMES.get(target, target)} C++",
+            f"the inline policy `{provenance['policy']}` (`optgym train {provenance['algorithm']}`)",
             "per object",
             _with_worse(held["total_ratio"], held["regressed_over_1pct"], held["evaluated"]), unseen_cell]  # fmt: skip
 
@@ -582,6 +595,7 @@ def readme_results(directory: Path = PRETRAINED_DIR, lto_defaults: Sequence[tupl
     rows = [_inliner_row(inliner)] if inliner else []
     if inliner and (linked := inliner["figures"].get("linked_builds")):
         rows.append(_inliner_linked_row(inliner, linked))
+    rows += [_inliner_row(data, target) for target, data in _per_target(directory, INLINER) if target]
     sets, _ = _unseen_sets(provenances)
     for target, portfolio in _per_target(directory, PORTFOLIO):
         # x86-64's C sets measured with every shipped policy, as a default build of that time compiled them
