@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from maintainer import ship_pretrained
+from optgym.corpus.info import raw_cc1_args
+from optgym.corpus.target import module_triple
 from optgym.policies import PRETRAINED_NAMES, pretrained_provenance
 from optgym.policies.portfolio import load_portfolio
 
@@ -77,3 +81,30 @@ def test_the_largest_package_is_the_one_whose_bytes_grew_most():
     rows = [row("a/small.o", 100, 150), row("a/big.o", 10_000, 9_000), row("b/one.o", 1_000, 1_020),
             row("c/empty.o", 0, 0)]  # fmt: skip
     assert ship_pretrained.largest_package(rows) == {"package": "b", "ratio": 1.02}
+
+
+def test_a_targets_inliner_is_measured_by_its_own_file_into_its_own_provenance(toolchain, tmp_path, monkeypatch):
+    """``--unseen --target aarch64`` measures the inliner shipped for AArch64 (by its path, not x86-64's
+    ``pretrained``) on an AArch64 corpus, and records the set in that file's provenance only, replacing an entry of
+    the same set."""
+    from conftest import FANOUT_SOURCE, _corpus
+
+    shipped = ship_pretrained.target_path("aarch64")
+    if not shipped.is_file():
+        pytest.skip("this optgym ships no AArch64 inliner")
+    source = FANOUT_SOURCE.replace("extern void sink", 'extern "C" void sink')
+    a64 = _corpus(toolchain, tmp_path / "a64", {"fanout": (".cpp", source)}, ("-Oz", "--target=aarch64-linux-gnu"))
+    assert [module_triple(raw_cc1_args(m)) for m in a64] == ["aarch64-unknown-linux-gnu"]
+    copy = tmp_path / "aarch64" / "inline-size.onnx"
+    copy.parent.mkdir()
+    shutil.copy(shipped, copy)
+    shutil.copy(shipped.with_suffix(".provenance.json"), copy.with_suffix(".provenance.json"))
+    x86 = pretrained_provenance("inline-size").read_bytes()
+    monkeypatch.setattr(ship_pretrained, "target_path", lambda target: copy)
+    for _ in range(2):
+        assert ship_pretrained.add_target_unseen("aarch64", [a64.root], workers=1) == 0
+    entries = json.loads(copy.with_suffix(".provenance.json").read_text())["figures"][ship_pretrained.UNSEEN]
+    (entry,) = [e for e in entries if e["corpus"] == a64.root.name]
+    assert entry["with"] == ["inline-size"] and entry["C++"]["evaluated"] == 1
+    assert entry["C++"]["policy_text_bytes"] < entry["C++"]["heuristic_text_bytes"]  # the deleting inline
+    assert pretrained_provenance("inline-size").read_bytes() == x86  # x86-64's provenance untouched
