@@ -196,6 +196,8 @@ class Decider:
         memo: dict[tuple[Any, ...], Action] | None = None,
         linkage: CalleeLinkage | None = None,
     ) -> None:
+        if policy is not None and language is not None and not decides(policy, language):
+            policy = None  # a policy leaves this language to clang: clang's answers, and no input of its is read
         self.problem, self.view, self.policy, self.language, self.memo = problem, view, policy, language, memo
         self.linkage = linkage  # the compile's callee linkage, for a policy that reads it
         self.header: Header = view.header
