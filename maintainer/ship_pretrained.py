@@ -49,9 +49,10 @@ inliner alone on each corpus, into its provenance.
 ``--linked`` ships nothing either: it records the linked figures of real builds, made with ``optgym compare-build
 SRC --test`` and the shipped inliner served by default, under ``linked_builds`` in the inliner's provenance (one
 entry per package, replacing one of the same package). Per-object sums count copies a linker folds, so these are
-the figures a user's program shows. A report is refused unless both builds passed their test suite, the build was
-native and without LTO (what the per-object inliner serves), it served ``pretrained`` and its
-``shipped_policies`` name the shipped inliner's very file, and the package is not one the policy trained on.
+the figures a user's program shows; a cross build's (``--target``) go to that target's inliner. A report is refused
+unless both builds passed their test suite, the build was without LTO (what the per-object inliner serves), it
+served ``pretrained`` and its ``shipped_policies`` name the shipped inliner's very file, and the package is not
+one the policy trained on.
 
 ``--languages`` ships nothing new: the shipped policy of ``--problem``, the same network, exported again to decide
 only those language families, where its held-out figures show it deciding the others exactly as clang does (the
@@ -64,6 +65,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import itertools
 import json
 import re
 import shutil
@@ -81,6 +83,7 @@ from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
 from optgym.train.evaluation import GUARD_BELOW, by_package, evaluate, summarize
 from optgym.train.threshold import figures_by_language
+from optgym_cc import arch_family
 from optgym_cc.thinlto import LTO_CHANNELS
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
@@ -185,9 +188,10 @@ def main() -> int:
     if args.linked:
         if args.run is not None or args.unseen or args.scorers_alone:
             parser.error("--linked ships nothing and measures nothing: give it alone")
-        return record(
-            [linked_figures(d) for d in args.linked], LINKED, [pretrained_provenance("inline-size")], by="package"
-        )
+        measured = sorted((linked_figures(d) for d in args.linked), key=lambda e: str(e[0]))
+        for provenance, entries in itertools.groupby(measured, lambda e: e[0]):  # x86-64's inliner, or a target's
+            record([entry for _, entry in entries], LINKED, [provenance], by="package")
+        return 0
     if args.unseen or args.scorers_alone:
         if args.run is not None:
             parser.error("--unseen and --scorers-alone ship nothing: give no RUN")
@@ -326,37 +330,46 @@ def add_target_unseen(target: str, corpora: list[Path], workers: int | None) -> 
     return record(measured, UNSEEN, [shipped.with_suffix(".provenance.json")])
 
 
-def linked_figures(outdir: Path) -> dict:
-    """One ``optgym compare-build --test`` output as a ``linked_builds`` entry, or a clear exit why it cannot be
-    one (see the module doc): linked Berkeley text, ``.text`` and file bytes of both builds, and their tests."""
+def linked_figures(outdir: Path) -> tuple[Path, dict]:
+    """One ``optgym compare-build --test`` output as a ``linked_builds`` entry of the provenance of the inliner its
+    build served (x86-64's, or its ``--target``'s), or a clear exit why it cannot be one (see the module doc):
+    linked Berkeley text, ``.text`` and file bytes of both builds, and their tests."""
     path = outdir / "report.json"
     if not path.is_file():
         sys.exit(f"{outdir}: no report.json (the output directory of `optgym compare-build SRC --test -o DIR`)")
     report = json.loads(path.read_text())
-    provenance = json.loads(pretrained_provenance("inline-size").read_text())
+    options = report.get("options", {})
+    served_file = pretrained_path("inline-size")
+    if options.get("target"):
+        arch = options["target"].split("-", 1)[0]
+        served_file = next((f for f in (target_path(arch), target_path(arch_family(arch))) if f.is_file()), None)
+        if served_file is None:
+            sys.exit(f"{outdir}: not recorded: optgym ships no inliner for {options['target']}")
+    provenance_path = served_file.with_suffix(".provenance.json")
+    provenance = json.loads(provenance_path.read_text())
+    shipped_name = served_file.relative_to(pretrained_path("inline-size").parent).as_posix()
     package = re.sub(r"-\d.*$", "", report["name"])  # Debian's `apt-get source` tree: NAME-VERSION
     tests = report.get("tests") or {}
     statuses = {v: (tests.get(v) or {}).get("status") for v in ("plain", "optgym")}
     served = report.get("optgym_environment", {}).get("OPTGYM_POLICY", "pretrained")
-    options = report.get("options", {})
     refusals = [
         *(f"its report names a problem: {p}" for p in report.get("problems", [])),
         *([] if statuses == {"plain": "passed", "optgym": "passed"} else
           [f"a linked figure needs the test suite passing in both builds (plain {statuses['plain']}, "
            f"optgym {statuses['optgym']})"]),
-        *([] if options.get("target") is None and options.get("lto") is None else
-          ["the inliner ships for native builds without LTO (this one had --target or --lto)"]),
+        *([] if options.get("lto") is None else ["the inliner ships for builds without LTO (this one had --lto)"]),
         *([] if served == "pretrained" else [f"it served OPTGYM_POLICY={served}, not the shipped inliner"]),
-        *([] if report.get("shipped_policies", {}).get("inline-size.onnx") == provenance["sha256"] else
-          ["its build served another inline-size.onnx than the one shipped now (or its report predates the record)"]),
+        *([] if report.get("shipped_policies", {}).get(shipped_name) == provenance["sha256"] else
+          [f"its build served another {shipped_name} than the one shipped now (or its report predates the record)"]),
         *([f"{package} is on the inliner's training list"] if package in provenance["training_packages"] else []),
     ]  # fmt: skip
     if refusals:
         sys.exit(f"{outdir}: not recorded: " + "; ".join(refusals))
     totals = report["totals"]
-    return {
+    return provenance_path, {
         "package": package,
         "source": report["name"],
+        "target": options.get("target"),
         "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "side": "heldout" if package in provenance["heldout_packages"] else "unseen",
         "build_system": report["build_system"],

@@ -430,10 +430,14 @@ def test_a_default_builds_report_names_its_shipped_files_and_records_as_the_inli
     shipped = report["shipped_policies"]
     assert shipped["inline-size.onnx"] == file_identity(PRETRAINED_DIR / "inline-size.onnx")
     assert "portfolio-c.json" in shipped and not any(name.endswith(".provenance.json") for name in shipped)
-    copy = tmp_path / "inline-size.provenance.json"
+    shipped_copy = tmp_path / "pretrained" / "inline-size.onnx"
+    shipped_copy.parent.mkdir()
+    copy = shipped_copy.with_suffix(".provenance.json")
+    shutil.copy(PRETRAINED_DIR / "inline-size.onnx", shipped_copy)
     shutil.copy(pretrained_provenance("inline-size"), copy)
-    monkeypatch.setattr(ship_pretrained, "pretrained_provenance", lambda problem="inline-size": copy)
-    entry = ship_pretrained.linked_figures(out)
+    monkeypatch.setattr(ship_pretrained, "pretrained_path", lambda problem="inline-size": shipped_copy)
+    provenance_path, entry = ship_pretrained.linked_figures(out)
+    assert provenance_path == copy and entry["target"] is None
     assert entry["package"] == src.name and entry["side"] == "unseen"
     assert entry["tests"] == {"plain": "passed", "optgym": "passed"}
     assert (entry["plain"], entry["optgym"]) == (report["totals"]["plain"], report["totals"]["optgym"])
@@ -450,3 +454,22 @@ def test_a_default_builds_report_names_its_shipped_files_and_records_as_the_inli
     copy.write_text(json.dumps({**provenance, "training_packages": {src.name: "1.0"}}))
     with pytest.raises(SystemExit, match="on the inliner's training list"):
         ship_pretrained.linked_figures(out)
+
+
+def test_a_cross_builds_linked_figures_go_to_its_targets_inliner(tmp_path):
+    """An AArch64 build served by default (tests under qemu-user) records as a linked figure of the inliner shipped
+    for AArch64, in that file's provenance, tied to that file by the report's hash."""
+    from maintainer import ship_pretrained
+    from optgym.policies import PRETRAINED_DIR
+
+    shipped = PRETRAINED_DIR / "aarch64" / "inline-size.onnx"
+    if not shipped.is_file() or shutil.which("qemu-aarch64") is None:
+        pytest.skip("needs the AArch64 inliner and qemu-user (make setup)")
+    src = write_project(tmp_path / "src", CMAKE_PROJECT)
+    out = tmp_path / "out"
+    proc, report = compare_build(src, out, "--target", "aarch64-linux-gnu", "--test", OPTGYM_POLICY="pretrained")
+    assert proc.returncode == 0, proc.stderr
+    provenance_path, entry = ship_pretrained.linked_figures(out)
+    assert provenance_path == shipped.with_suffix(".provenance.json")
+    assert entry["target"] == "aarch64-linux-gnu" and entry["tests"] == {"plain": "passed", "optgym": "passed"}
+    assert report["shipped_policies"]["aarch64/inline-size.onnx"] == json.loads(provenance_path.read_text())["sha256"]

@@ -389,9 +389,17 @@ def test_another_targets_inliner_is_its_own_row_and_its_sets_stay_out_of_x86_64s
         "heuristic_text_bytes": 1000,
     }
     provenance["figures"]["unseen_packages_with_shipped_policies"] = [{"corpus": "a64-new", "C++": figures}]
+    sizes = {"text": 1000, "dottext": 500, "file": 2000}
+    provenance["figures"]["linked_builds"] = [
+        {"package": "tool", "source": "tool-1.0", "side": "heldout", "target": "aarch64-linux-gnu", "outputs": 1,
+         "plain": sizes, "optgym": {**sizes, "text": 950}, "tests": {"plain": "passed", "optgym": "passed"}}
+    ]  # fmt: skip
     path.write_text(json.dumps(provenance))
     rows = _readme_rows(readme_results(root))
     assert rows["AArch64 C++"][3].startswith(f"**{held['total_ratio']:.4f}** ({held['evaluated']} modules;")
     assert rows["AArch64 C++"][4] == "**0.8123** (10 modules; none > 1 % worse): `a64-new`"
     assert rows["x86-64 C++"] == x86
-    assert "| a64-new (outside the training list) | C++ | 10 | 0.8123 |" in results_page(root)
+    page = results_page(root)
+    assert "| a64-new (outside the training list) | C++ | 10 | 0.8123 |" in page
+    targets = page.split("## Other targets")[1]
+    assert "| tool-1.0 (held out) | 1 | 0.9500 | 1.0000 | 1.0000 | passed / passed | — |" in targets
