@@ -269,18 +269,23 @@ def baseline(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     cache: ResultCache | None = None,
+    extra_flags: Sequence[str] = (),
 ) -> EpisodeResult:
-    """:func:`plain_compile`, cached on disk by module content, problem flags and compiler identity."""
+    """:func:`plain_compile`, cached on disk by module content, problem flags, ``extra_flags`` (a portfolio
+    candidate's pass options) and compiler identity."""
     cache = cache or ResultCache("baseline")
-    key = _compile_key(cache, problem, module, toolchain)
+    key = _compile_key(cache, problem, module, toolchain, extra_flags)
     if (hit := cache.get(key)) is not None:
         return EpisodeResult(**hit)
-    result = plain_compile(problem, module, toolchain, timeout=timeout)
+    result = plain_compile(problem, module, toolchain, timeout=timeout, extra_flags=extra_flags)
     if result.ok:  # failures are not cached: a timeout may pass on a quieter machine
         cache.put(key, result.__dict__)
     return result
 
 
-def _compile_key(cache: ResultCache, problem: Problem, module: Module, toolchain: Toolchain) -> str:
-    """What a cached result of compiling ``module`` for ``problem`` depends on: content, flags, compiler."""
-    return cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity])
+def _compile_key(
+    cache: ResultCache, problem: Problem, module: Module, toolchain: Toolchain, extra_flags: Sequence[str] = ()
+) -> str:
+    """What a cached result of compiling ``module`` for ``problem`` depends on: content, flags, compiler (without
+    extra flags, the key clang's own compile always had)."""
+    return cache.key([module.digest, problem.name, *problem.compile_flags(), toolchain.identity, *extra_flags])

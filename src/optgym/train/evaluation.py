@@ -24,7 +24,7 @@ from optgym.policies import SUGGESTED_GUARD_BELOW, PolicyFactory, resolve_policy
 from optgym.policies.portable import portable_policy
 from optgym.policies.portfolio import Portfolio, load_portfolio
 from optgym.problems import Problem, get_problem
-from optgym.rollout import EpisodeResult, baseline, plain_compile, rollout
+from optgym.rollout import EpisodeResult, baseline, rollout
 from optgym.rollout.decider import PolicyInfo
 from optgym.rollout.episode import DEFAULT_TIMEOUT, decides
 from optgym.rollout.linkage import linkage_key
@@ -126,13 +126,8 @@ def _policy_result(problem: Problem, module: Module, task: _Task, toolchain) -> 
         # served, this policy leaves the module's language to clang (its channel is not opened): the compile
         # is the other policies' that decide it, or clang's own
         deciding = [(p, c) for p, c in companions if decides(c, module.language)]
-        if not deciding and not task.flags:
-            return baseline(problem, module, toolchain, timeout=task.timeout), 0
         if not deciding:  # clang's own decisions, with the pass options optgym-cc's launcher adds to the compile
-            plain = plain_compile(problem, module, toolchain, timeout=task.timeout, extra_flags=task.flags)
-            if plain.ok:
-                cache.put(key, {"result": asdict(plain), "differing": 0})
-            return plain, 0
+            return baseline(problem, module, toolchain, timeout=task.timeout, extra_flags=task.flags), 0
         (problem, policy), companions = deciding[0], deciding[1:]
     run = rollout(problem, module, toolchain, policy, timeout=task.timeout, transcript=transcript,
                   companions=companions, extra_flags=task.flags)  # fmt: skip
