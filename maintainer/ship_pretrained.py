@@ -67,12 +67,14 @@ import datetime
 import hashlib
 import itertools
 import json
+import os
 import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+import optgym_cc
 from optgym.corpus import Corpus
 from optgym.files import atomic_write_bytes
 from optgym.policies import PRETRAINED_NAMES, pretrained_path, pretrained_provenance
@@ -83,7 +85,6 @@ from optgym.policies.scorer import CandidateScorer
 from optgym.policies.trained import policy_dir_of
 from optgym.train.evaluation import GUARD_BELOW, by_package, evaluate, summarize
 from optgym.train.threshold import figures_by_language
-from optgym_cc import arch_family
 from optgym_cc.thinlto import LTO_CHANNELS
 
 #: Where ``--unseen`` keeps its figures in a provenance: one entry per corpus of packages outside the training list.
@@ -339,15 +340,14 @@ def linked_figures(outdir: Path) -> tuple[Path, dict]:
         sys.exit(f"{outdir}: no report.json (the output directory of `optgym compare-build SRC --test -o DIR`)")
     report = json.loads(path.read_text())
     options = report.get("options", {})
-    served_file = pretrained_path("inline-size")
-    if options.get("target"):
-        arch = options["target"].split("-", 1)[0]
-        served_file = next((f for f in (target_path(arch), target_path(arch_family(arch))) if f.is_file()), None)
-        if served_file is None:
-            sys.exit(f"{outdir}: not recorded: optgym ships no inliner for {options['target']}")
-    provenance_path = served_file.with_suffix(".provenance.json")
+    # the file optgym-cc served the build's compiles, looked up as it looks it up (this machine's, or --target's)
+    target = optgym_cc.compile_target([f"--target={options['target']}"] if options.get("target") else [])
+    served_file = optgym_cc.shipped_policy(os.path.basename(optgym_cc.PRETRAINED), target)
+    if served_file is None:
+        sys.exit(f"{outdir}: not recorded: optgym ships no inliner for {target[0]}")
+    provenance_path = Path(served_file).with_suffix(".provenance.json")
     provenance = json.loads(provenance_path.read_text())
-    shipped_name = served_file.relative_to(pretrained_path("inline-size").parent).as_posix()
+    shipped_name = Path(os.path.relpath(served_file, optgym_cc.PRETRAINED_DIR)).as_posix()
     package = re.sub(r"-\d.*$", "", report["name"])  # Debian's `apt-get source` tree: NAME-VERSION
     tests = report.get("tests") or {}
     statuses = {v: (tests.get(v) or {}).get("status") for v in ("plain", "optgym")}

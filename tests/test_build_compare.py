@@ -435,7 +435,7 @@ def test_a_default_builds_report_names_its_shipped_files_and_records_as_the_inli
     copy = shipped_copy.with_suffix(".provenance.json")
     shutil.copy(PRETRAINED_DIR / "inline-size.onnx", shipped_copy)
     shutil.copy(pretrained_provenance("inline-size"), copy)
-    monkeypatch.setattr(ship_pretrained, "pretrained_path", lambda problem="inline-size": shipped_copy)
+    monkeypatch.setattr(ship_pretrained.optgym_cc, "PRETRAINED_DIR", str(shipped_copy.parent))
     provenance_path, entry = ship_pretrained.linked_figures(out)
     assert provenance_path == copy and entry["target"] is None
     assert entry["package"] == src.name and entry["side"] == "unseen"
