@@ -519,21 +519,20 @@ def _inliner_row(provenance: dict[str, Any], target: str = "") -> list[str]:
 
 def _inliner_linked_row(provenance: dict[str, Any], linked: Sequence[dict[str, Any]]) -> list[str]:
     """x86-64 C++ linked: the inliner's recorded builds, pooled by plain clang's bytes, held out and unseen."""
-
-    def cell(entries: list[dict[str, Any]]) -> str:
-        if not entries:
-            return "none measured yet"
-
-        def pooled(field: str) -> str:
-            return _ratio(sum(e["optgym"][field] for e in entries) / sum(e["plain"][field] for e in entries))
-
-        names = ", ".join(sorted(e["package"] for e in entries))
-        return f"**{pooled('text')}** (`.text` {pooled('dottext')}): {names}, tests passing"
-
     return ["x86-64 C++", f"the inline policy `{provenance['policy']}`",
             "linked, default build: Berkeley `text` (`.text`), against plain clang",
-            cell([e for e in linked if e["side"] == "heldout"]),
-            cell([e for e in linked if e["side"] != "heldout"])]  # fmt: skip
+            _linked_cell([e for e in linked if e["side"] == "heldout"]),
+            _linked_cell([e for e in linked if e["side"] != "heldout"])]  # fmt: skip
+
+
+def _linked_cell(entries: Sequence[dict[str, Any]]) -> str:
+    """Linked builds pooled by plain clang's bytes (a package's weight is its size, as in a per-object total)."""
+    if not entries:
+        return "none measured yet"
+    text, dottext = (_ratio(sum(e["optgym"][f] for e in entries) / sum(e["plain"][f] for e in entries))
+                     for f in ("text", "dottext"))  # fmt: skip
+    names = ", ".join(sorted(e["package"] for e in entries))
+    return f"**{text}** (`.text` {dottext}): {names}, tests passing"
 
 
 def _thinlto_row(
