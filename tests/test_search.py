@@ -327,3 +327,19 @@ def test_a_search_worker_that_dies_leaves_only_what_the_next_host_sweeps(corpus_
     left = Path(out.stdout.strip())
     assert left.is_dir() and left.parent == runtime_root(), out.stderr
     assert sweep_stale(runtime_root()) >= 1 and not left.exists()
+
+
+def test_a_search_can_start_from_a_policy_that_reads_the_callee_linkage(corpus_dir, toolchain, tmp_path):
+    """The shipped inliner reads whether a callee survives, which only the compile itself can tell. A search
+    started from it refused to run ("none was given"); its start must be the shipped policy's own object."""
+    start = resolve_policy("pretrained")
+    assert getattr(start.build(), "reads_callee_linkage", False), "the case needs a policy that reads linkage"
+    out = tmp_path / "s"
+    search(SearchConfig(str(corpus_dir), str(out), budget=3, workers=1, min_decisions=100, start="pretrained",
+                        modules="zoo"), progress=False)  # fmt: skip
+    rec = _record(out, "zoo")
+    assert rec["status"] != "failed", rec.get("detail")
+    module = next(m for m in Corpus(corpus_dir) if m.name == "zoo")
+    served = rollout(get_problem("inline-size"), module, toolchain, start.build()).result
+    assert rec["start_sizes"]["text_bytes"] == int(served.metrics["text_bytes"])
+    assert rec["start_sizes"] != rec["heuristic"], "the shipped inliner departs from clang on zoo"

@@ -83,6 +83,7 @@ from optgym.policies import PolicyFactory, resolve_policy
 from optgym.policies.portable import portable_policy
 from optgym.problems import Problem, get_problem
 from optgym.rollout import DEFAULT_TIMEOUT, baseline, rollout
+from optgym.rollout.decider import PolicyInfo
 from optgym.rollout.rollout import DecisionPoint, Policy
 from optgym.toolchain import find_toolchain
 from optgym.toolchain.llvm import Toolchain
@@ -159,6 +160,8 @@ class Candidate:
 
     def __init__(self, actions: np.ndarray, replay: int, base: Policy, *, score: bool = False) -> None:
         self.actions, self.replay, self.base, self.score = actions, replay, base, score
+        # the base decides after the replay: if it reads the callee's linkage, the compile must learn it
+        self.reads_callee_linkage = PolicyInfo.of(base).reads_callee_linkage
 
     def __call__(self, point: DecisionPoint) -> int | tuple[int, float]:
         i = point.index
@@ -194,6 +197,7 @@ class _FeatureRecorder:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.rows: list[dict[str, np.ndarray]] = []
+        self.reads_callee_linkage = PolicyInfo.of(policy).reads_callee_linkage  # passed on, as Candidate does
 
     def __call__(self, point: DecisionPoint):
         self.rows.append(point.features())
