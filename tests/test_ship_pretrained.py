@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,17 @@ def test_a_targets_inliner_is_measured_by_its_own_file_into_its_own_provenance(t
     assert entry["with"] == ["inline-size"] and entry["C++"]["evaluated"] == 1
     assert entry["C++"]["policy_text_bytes"] < entry["C++"]["heuristic_text_bytes"]  # the deleting inline
     assert pretrained_provenance("inline-size").read_bytes() == x86  # x86-64's provenance untouched
+
+
+def test_every_shipped_policy_file_is_installed_with_the_package():
+    """An install that is not editable (a wheel) carries only the files pyproject's package data names: AArch64's
+    inliner (pretrained/aarch64/inline-size.onnx) was left out, so optgym-cc had nothing to serve for it there."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = root / "src" / "optgym" / "policies"
+    installed = {path for pattern in patterns["optgym.policies"] for path in package.glob(pattern)}
+    shipped = {p for p in (package / "pretrained").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert shipped, "the package ships policy files"
+    assert sorted(str(p.relative_to(package)) for p in shipped - installed) == []
