@@ -893,3 +893,31 @@ def test_an_aarch64_cxx_compile_is_decided_by_the_inliner_shipped_for_aarch64(to
     subprocess.run([str(toolchain.clang), *flags, "-o", "clang.o"], cwd=tmp_path, check=True)  # C++ by the suffix
     assert (tmp_path / "default.o").read_bytes() == (tmp_path / "named.o").read_bytes()
     assert object_sizes(tmp_path / "default.o").text_bytes < object_sizes(tmp_path / "clang.o").text_bytes
+
+
+def test_evaluate_measures_pretrained_with_the_file_a_build_of_the_corpus_target_gets(toolchain, tmp_path):
+    """`optgym evaluate --policy pretrained` on an AArch64 corpus measured x86-64's inliner, where optgym-cc serves
+    AArch64's own: it must measure the target's file, and refuse a target that ships none (its build is clang's)."""
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    source = tmp_path / "fanout.cpp"
+    source.write_text(FANOUT_SOURCE.replace("extern void sink", 'extern "C" void sink'))
+    shipped = Path(optgym_cc.PRETRAINED_DIR) / "aarch64" / "inline-size.onnx"
+    for triple, expected in ((case.triple, shipped), (NO_POLICY_TRIPLE, None)):
+        corpus = corpus_from_sources(toolchain, {"fanout": source}, tmp_path / triple, ("-Oz",), triple)
+        args = ["evaluate", "--corpus", str(corpus.root), "--policy", "pretrained", "-o", str(tmp_path / f"r-{triple}"),
+                "--json", "-j", "1"]  # fmt: skip
+        done = CliRunner().invoke(app, args)
+        if expected is None:
+            assert done.exit_code != 0 and "ships no inline-size.onnx for riscv64" in done.output, done.output
+            continue
+        assert done.exit_code == 0, done.output
+        report = json.loads((tmp_path / f"r-{triple}" / "report.json").read_text())
+        assert report["policy_identity"] == resolve_policy(str(shipped)).identity
+        assert report["policy_file"] == str(shipped)
+        assert report["policy_text_bytes"] < report["heuristic_text_bytes"], "AArch64's inliner deletes the callee"

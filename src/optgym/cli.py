@@ -243,6 +243,38 @@ def sample_modules(corpus: Corpus, language: str | None, every: int) -> list[str
     return chosen
 
 
+def corpus_triple(corpus: Corpus, modules: list[str] | None) -> str | None:
+    """The one target the chosen modules were compiled for (their ``-cc1 -triple``), ``None`` if unrecorded."""
+    from optgym.corpus.info import raw_cc1_args
+    from optgym.corpus.target import module_triple
+
+    chosen = [corpus.module(n) for n in modules] if modules is not None else list(corpus)
+    triples = {module_triple(raw_cc1_args(m)) for m in chosen}
+    if len(triples) > 1:
+        raise OptgymError(f"{corpus.root} holds modules for {len(triples)} targets "
+                          f"({', '.join(sorted(str(t) for t in triples))}): evaluate one target at a time")  # fmt: skip
+    return next(iter(triples), None)
+
+
+def served_file(spec: str, name: str, triple: str | None) -> str:
+    """What optgym-cc serves as ``spec`` to a compile for ``triple``: ``pretrained`` becomes the file ``name`` shipped
+    for that target (AArch64's own inliner…), chosen by the launcher's own lookup, so ``optgym evaluate`` measures
+    the file a build of that target gets. Any other spec, and ``pretrained`` for x86-64 (the package's own
+    files), is itself. A target that ships no such file is an error: its build leaves those compiles to clang."""
+    from optgym_cc import SHIPPED_FAMILY, compile_target, shipped_policy
+
+    if spec != "pretrained" or triple is None or not name:
+        return spec
+    target = compile_target([f"--target={triple}"])
+    if target[1] == SHIPPED_FAMILY:
+        return spec
+    path = shipped_policy(name, target)
+    if path is None:
+        raise OptgymError(f"optgym ships no {name} for {target[1]} (the modules' target {triple}): optgym-cc leaves "
+                          "those compiles to clang; name a policy file to measure one")  # fmt: skip
+    return path
+
+
 @app.command()
 def evaluate(
     corpus: Annotated[Path, typer.Option(help="corpus directory")],
@@ -288,7 +320,7 @@ def evaluate(
     from optgym.corpus import Corpus
     from optgym.evaluate import evaluate as run_evaluation
     from optgym.evaluate.report import write_report
-    from optgym.policies import resolve_policy
+    from optgym.policies import pretrained_names, resolve_policy
     from optgym.policies.portfolio import PRETRAINED_PORTFOLIO, load_portfolio
     from optgym.problems import get_problem
     from optgym.toolchain import find_toolchain
@@ -296,11 +328,18 @@ def evaluate(
     try:
         corpus_obj = Corpus(corpus, split=split)
         modules = sample_modules(corpus_obj, language, every)
-        factory = resolve_policy(policy, problem)
+        triple = corpus_triple(corpus_obj, modules)
+        served = served_file(policy, pretrained_names().get(problem, ""), triple)
+        if served != policy:
+            err.print(f"pretrained {problem} for {triple}: {served}", highlight=False)
+        factory = resolve_policy(served, problem)
         companions = parse_companions(with_)
+        if candidates and portfolio is None:  # the portfolio a build for this target compiles with
+            chosen_file = served_file("pretrained", PRETRAINED_PORTFOLIO.name, triple)
+            portfolio = PRETRAINED_PORTFOLIO if chosen_file == "pretrained" else Path(chosen_file)
         hooks = [get_problem(name).hook for name in (problem, *(name for name, _ in companions))]
         toolchain = find_toolchain(tuple(hooks))
-        rows = run_evaluation(policy, corpus_obj, problem=problem, modules=modules, workers=workers, mode=mode,
+        rows = run_evaluation(served, corpus_obj, problem=problem, modules=modules, workers=workers, mode=mode,
                               seed=seed, timeout=timeout, progress=not json_out, transcript_dir=transcript,
                               companions=companions, candidates=candidates,
                               portfolio=load_portfolio(portfolio) if portfolio else None)  # fmt: skip
@@ -318,7 +357,8 @@ def evaluate(
                 _fail(f"{policy} has no snapshots (expected {policy}/snapshots/<iteration>/policy)")
     except OptgymError as e:
         _fail(str(e))
-    identity: dict[str, Any] = {"policy": policy, "policy_identity": factory.identity, "problem": problem, "mode": mode,
+    identity: dict[str, Any] = {"policy": policy, "policy_file": served, "policy_identity": factory.identity,
+                "problem": problem, "mode": mode,
                 "with": {name: resolve_policy(spec, name).identity for name, spec in companions},
                 "corpus": str(corpus), "split": split, "language": language, "every": every,
                 "compiler": toolchain.banner, "optgym": __version__}  # fmt: skip
