@@ -921,3 +921,58 @@ def test_evaluate_measures_pretrained_with_the_file_a_build_of_the_corpus_target
         assert report["policy_identity"] == resolve_policy(str(shipped)).identity
         assert report["policy_file"] == str(shipped)
         assert report["policy_text_bytes"] < report["heuristic_text_bytes"], "AArch64's inliner deletes the callee"
+
+
+#: A GNU configure script that must canonicalize its host (AC_CANONICAL_HOST runs config.sub), and a Makefile.
+AUTOCONF_PROJECT = {
+    "configure.ac": "AC_INIT([pieces], [1])\nAC_CONFIG_AUX_DIR([build-aux])\nAC_CANONICAL_HOST\nAC_PROG_CC\n"
+    "AC_CONFIG_FILES([Makefile])\nAC_OUTPUT\n",
+    "Makefile.in": "VPATH = @srcdir@\nCC = @CC@\nCFLAGS = @CFLAGS@\nLDFLAGS = @LDFLAGS@\nall: tool\n"
+    "tool: main.o libpieces.a\n\t$(CC) $(CFLAGS) $(LDFLAGS) main.o libpieces.a -o $@\n"
+    "libpieces.a: a.o b.o\n\t$(AR) rc $@ a.o b.o\n%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
+}
+#: What a config.sub from before AArch64 answers (autoconf's own text for a machine it does not know).
+OLD_CONFIG_SUB_HEAD = ("#!/bin/sh\ncase $1 in aarch64*) echo \"Invalid configuration \\`$1': machine \\`aarch64' not "
+                       "recognized\" >&2; exit 1;; esac\n")  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("autoreconf") is None, reason="autoconf is installed by `make setup`")
+def test_a_configure_script_older_than_the_target_gets_debians_current_config_sub(tmp_path):
+    """A tree whose config.sub predates AArch64 stopped its cross build at configure ("machine `aarch64' not
+    recognized"), about one failed package in four of the AArch64 draws. Debian's build copies its current
+    config.sub and config.guess over a package's; the corpus build and compare-build do so too, in their copies.
+    The old script here stands in for a 2012 tree's: the configure script, compiler and build are real."""
+    from typer.testing import CliRunner
+
+    from optgym.cli import app
+    from optgym.corpus.build import CURRENT_CONFIG_SCRIPTS, stale_config_scripts
+
+    case = BY_NAME["aarch64"]
+    if reason := case.skip_reason():
+        pytest.skip(reason)
+    src = tmp_path / "src"
+    (src / "build-aux").mkdir(parents=True)
+    for name, text in {**AUTOCONF_PROJECT, **PIECES}.items():
+        (src / name).write_text(text)
+    for name in ("config.sub", "config.guess"):
+        shutil.copyfile(CURRENT_CONFIG_SCRIPTS / name, src / "build-aux" / name)
+    subprocess.run(["autoconf"], cwd=src, check=True, capture_output=True)
+    old = src / "build-aux" / "config.sub"
+    old.write_text(OLD_CONFIG_SUB_HEAD + old.read_text().split("\n", 1)[1])
+    assert stale_config_scripts(src, case.triple) == [src / "build-aux"]
+
+    out = tmp_path / "corpus"
+    built = CliRunner().invoke(app, ["corpus", "build", str(src), "-o", str(out), "-j", "2", "--target", case.triple])
+    assert built.exit_code == 0, built.output
+    info = corpus_info(out, sizes=False)
+    assert sorted(info["module_targets"]) == ["a.o", "b.o", "main.o"]
+    assert [t.split("-")[0] for t in info["targets"]] == ["aarch64"]
+    assert "config.sub and config.guess refreshed for aarch64-linux-gnu" in built.output
+    assert old.read_text().startswith(OLD_CONFIG_SUB_HEAD), "the source tree itself is left as it was"
+
+    compared = CliRunner().invoke(app, ["compare-build", str(src), "--target", case.triple, "-o",
+                                        str(tmp_path / "cb"), "-j", "2"])  # fmt: skip
+    report = json.loads((tmp_path / "cb" / "report.json").read_text())
+    assert compared.exit_code == 0, compared.output
+    assert all(report["builds"][v]["ok"] and report["builds"][v]["config_scripts_refreshed"] == 1
+               for v in ("plain", "optgym"))  # fmt: skip

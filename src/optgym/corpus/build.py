@@ -136,6 +136,37 @@ def _mirror(src: Path, dst: Path) -> None:
                     ignore=shutil.ignore_patterns(".git", WORK_DIR))  # fmt: skip
 
 
+#: Debian's current ``config.sub`` and ``config.guess`` (autotools-dev, which automake brings in): what Debian's own
+#: package builds copy over a tree's (dh_update_autotools_config), so a tree older than a target still knows it.
+CURRENT_CONFIG_SCRIPTS = Path("/usr/share/misc")
+
+
+def stale_config_scripts(tree: Path, host: str) -> list[Path]:
+    """The directories of ``tree`` whose ``config.sub`` rejects ``host``: a configure script from before AArch64
+    stops at once ("machine `aarch64' not recognized"), where Debian's build of the same package goes on."""
+    return [sub.parent for sub in sorted(tree.rglob("config.sub")) if sub.is_file() and not _knows(sub, host)]
+
+
+def _knows(config_sub: Path, host: str) -> bool:
+    """Whether ``config_sub`` takes ``host`` (it prints the canonical triple, or fails)."""
+    return subprocess.run(["sh", str(config_sub), host], capture_output=True, timeout=60).returncode == 0
+
+
+def refresh_config_scripts(tree: Path, host: str) -> list[Path]:
+    """Copy Debian's current ``config.sub`` and ``config.guess`` over the stale ones of ``tree`` (a copy optgym may
+    write) that :func:`stale_config_scripts` finds, as Debian's build does; the directories refreshed. Nothing is
+    replaced where Debian's own script does not know ``host`` either, or is not installed."""
+    current = CURRENT_CONFIG_SCRIPTS / "config.sub"
+    if not current.is_file() or not _knows(current, host):
+        return []
+    stale = stale_config_scripts(tree, host)
+    for directory in stale:
+        for name in ("config.sub", "config.guess"):
+            if (CURRENT_CONFIG_SCRIPTS / name).is_file():
+                shutil.copyfile(CURRENT_CONFIG_SCRIPTS / name, directory / name)
+    return stale
+
+
 #: The ``case`` patterns of a link that makes no program: a shared library or a relocatable object, said to the
 #: driver (``-shared``, ``-r``) or straight to the linker (``-Wl,-shared``, ``-Wl,-soname,x,-shared``, ``-Xlinker
 #: -r``): libtool and some Makefiles pass it the second way, and a C runtime added there breaks the link.
@@ -271,9 +302,11 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
     make_vars: list[str] = []
     if system == "autotools":
         tree = e.src
-        if (tree / "config.status").exists() or not (tree / "configure").exists():
+        host = e.target.autotools_triple if e.target else None
+        stale = host is not None and bool(stale_config_scripts(tree, host))
+        if (tree / "config.status").exists() or not (tree / "configure").exists() or stale:
             # configured in place (autotools then refuses an out-of-tree build), or autoreconf
-            # must write into the tree: work in a mirror of it
+            # must write into the tree, or its config.sub is refreshed: work in a mirror of it
             _mirror(tree, e.work / "src")
             tree = e.work / "src"
             notes.append("built in a copy of the source tree")
@@ -282,6 +315,8 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
         if not (tree / "configure").exists():
             _need("autoreconf", "autoconf automake libtool")
             _run_step("autoreconf", ["autoreconf", "-fi"], tree, e.env, e.logs)
+        if host is not None and (refreshed := refresh_config_scripts(tree, host)):
+            notes.append(f"config.sub and config.guess refreshed for {host} in {len(refreshed)} directories")
         if not (build / "config.status").exists() and not (build / "Makefile").exists():
             configure = ["sh", str(tree / "configure")]
             script = (tree / "configure").read_text(errors="replace")[:4000]

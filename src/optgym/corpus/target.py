@@ -186,12 +186,17 @@ class Target:
                         "set_property(GLOBAL PROPERTY TARGET_SUPPORTS_SHARED_LIBS TRUE)\n")  # fmt: skip
         return [f"-DCMAKE_PROJECT_INCLUDE={path}"]
 
-    def autotools_host(self) -> str:
-        """``--host=`` for a GNU configure script."""
+    @property
+    def autotools_triple(self) -> str:
+        """The target as GNU config.sub spells it (``thumb…`` as ``arm…``)."""
         arch, _, rest = self.triple.partition("-")
         if arch.startswith("thumb"):
             arch = "arm"
-        return f"--host={arch}-{rest}" if rest else f"--host={arch}"
+        return f"{arch}-{rest}" if rest else arch
+
+    def autotools_host(self) -> str:
+        """``--host=`` for a GNU configure script."""
+        return f"--host={self.autotools_triple}"
 
     def meson_cross_file(self, path: Path, cc: str, cxx: str, ar: str) -> Path:
         """Write a Meson cross file for the target, compiling with the wrappers ``cc``/``cxx``."""

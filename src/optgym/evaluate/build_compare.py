@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from optgym.corpus.build import install_wrapper, wrapper_script
+from optgym.corpus.build import install_wrapper, refresh_config_scripts, wrapper_script
 from optgym.corpus.info import opt_level
 from optgym.corpus.target import Target
 from optgym.errors import OptgymError
@@ -585,6 +585,8 @@ def _build_variant(system: str, opts: CompareOptions, variant: str, tools: Tools
     record: dict[str, Any] = {"tree": str(tree), "log": str(log), "steps": []}
     if system in ("make", "autotools"):
         record["build_outputs_not_copied"] = copy_tree(opts.source, tree, opts.outdir)
+        if (target := opts.target_spec()) and system == "autotools":  # as the corpus build does, for both builds
+            record["config_scripts_refreshed"] = len(refresh_config_scripts(tree, target.autotools_triple))
         cwd = tree
     else:
         tree.mkdir(parents=True)
