@@ -85,3 +85,26 @@ def test_apt_waits_for_a_lock_another_apt_holds(tmp_path):
     log = (tmp_path / "apt.log").read_text()
     assert code == 0, log
     assert waited >= 1.4 and "DPkg::Lock::Timeout" in log.splitlines()[0]
+
+
+#: The first stanza of ``apt-cache showsrc libemf2svg`` (bookworm), cut to the fields read, plus an entry with
+#: alternatives, an architecture list, a build profile and an arch qualifier, as other sources write them.
+SHOWSRC = """Package: libemf2svg
+Binary: libemf2svg-dev, libemf2svg1, emf2svg-conv
+Version: 1.1.0+ds-3
+Build-Depends: cmake, debhelper-compat (= 13), help2man, libfontconfig-dev, libfreetype-dev, libpng-dev, libuemf-dev,
+ perl, pkg-config, libssl-dev | libressl-dev [!hurd-i386] <!nocheck>, zlib1g-dev:native
+Build-Depends-Arch: libfontconfig-dev, libcmocka-dev (>= 1.1)
+
+Package: libemf2svg
+Version: 1.0.0-1
+Build-Depends: libold-dev
+"""
+
+
+def test_a_cross_builds_libraries_are_the_sources_dev_build_dependencies():
+    """What a cross build installs for the target one by one when ``apt-get build-dep -a`` cannot resolve: the
+    -dev packages of the newest stanza, the first of each set of alternatives, without versions or qualifiers."""
+    assert debian.development_packages(SHOWSRC) == [
+        "libfontconfig-dev", "libfreetype-dev", "libpng-dev", "libuemf-dev", "libssl-dev", "zlib1g-dev",
+        "libcmocka-dev"]  # fmt: skip

@@ -976,3 +976,19 @@ def test_a_configure_script_older_than_the_target_gets_debians_current_config_su
     assert compared.exit_code == 0, compared.output
     assert all(report["builds"][v]["ok"] and report["builds"][v]["config_scripts_refreshed"] == 1
                for v in ("plain", "optgym"))  # fmt: skip
+
+
+def test_a_linux_targets_debian_architecture_and_its_multiarch_libraries_for_cmake(tmp_path):
+    """A Linux target's libraries come from Debian's packages of its architecture (``apt-get build-dep -a arm64``),
+    installed in ``/usr/lib/TRIPLE``: CMake searches there (by the target's library architecture) only when the
+    whole system is one of its find roots, and reads their ``.pc`` files through the target's pkg-config."""
+    assert [Target(t).debian_arch for t in ("aarch64-linux-gnu", "arm-linux-gnueabihf", "arm-linux-gnueabi",
+                                            "i686-linux-gnu", "riscv64-linux-gnu", "thumbv7em-none-eabi")] == [
+        "arm64", "armhf", "armel", "i386", "riscv64", None]  # fmt: skip
+    target = Target("aarch64-linux-gnu")
+    if target.cross_root is None:
+        pytest.skip("libc6-dev-arm64-cross is installed by `make setup`")
+    (roots,) = [a.removeprefix("-DCMAKE_FIND_ROOT_PATH=") for a in target.cmake_args() if "FIND_ROOT_PATH=" in a]
+    multiarch = Path("/usr/lib/aarch64-linux-gnu").is_dir()
+    assert roots.split(";") == ([str(target.cross_root), "/"] if multiarch else [str(target.cross_root)])
+    assert target.multiarch_libdir == (Path("/usr/lib/aarch64-linux-gnu") if multiarch else None)

@@ -371,6 +371,8 @@ def _build_package(task: PackageTask) -> PackageResult:
             result.status = "not_found" if "Unable to find a source package" in log_text else "build_deps_failed"
             result.detail, result.log = _last_error(log_text), str(logs / "build-dep.log")
             return result
+        if task.build_deps and task.target and (arch := Target(task.target).debian_arch) and arch != host_arch():
+            result.notes.append(target_build_deps(task.name, arch, logs / "build-dep.log"))
         if _apt(["apt-get", "source", "-q", task.name], fetch_log, cwd=fetch):
             log_text = fetch_log.read_text(errors="replace")
             result.status = "not_found" if "Unable to find a source package" in log_text else "fetch_failed"
@@ -401,7 +403,7 @@ def _build_package(task: PackageTask) -> PackageResult:
                                    configure_args=configure_args, logs=logs, provenance={},
                                    target=target)  # fmt: skip
                 result.modules = len(built.extract.modules)
-                result.notes = [*built.notes, *filter(None, [built.extract.opt_warning()])]
+                result.notes += [*built.notes, *filter(None, [built.extract.opt_warning()])]
                 build_system, partial, build_seconds = built.build_system, built.partial, built.build_seconds
         except BuildStepError as e:
             result.status, result.detail, result.log = "build_failed", f"step '{e.step}' failed", str(e.log)
@@ -433,6 +435,54 @@ def _build_package(task: PackageTask) -> PackageResult:
             shutil.rmtree(fetch, ignore_errors=True)
             if result.ok:
                 shutil.rmtree(done / WORK_DIR, ignore_errors=True)
+
+
+def host_arch() -> str:
+    """This machine's Debian architecture (``amd64``)."""
+    done = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
+    return done.stdout.strip() or platform.machine()
+
+
+def target_build_deps(name: str, arch: str, log: Path) -> str:
+    """Install, best effort, the libraries package ``name`` builds against, for the target's Debian ``arch``
+    (``arm64``), as a cross build of it in Debian would; what was done, as a note.
+
+    The host's build dependencies (tools, and the headers) are installed already; without the target's
+    libraries, a cross build's configure finds headers but no library and stops (CMake's "Could NOT find ZLIB
+    (missing: ZLIB_LIBRARY)"). ``apt-get build-dep -a ARCH`` installs them when every dependency resolves for a
+    cross build; where one does not (``perl:arm64`` is not installable beside ``perl``), each ``-dev`` package
+    of the source's ``Build-Depends`` is installed for ``arch`` on its own, skipping those that cannot be. The
+    architecture is added to dpkg's foreign ones first (with ``apt-get update``) when it is not there."""
+    foreign = subprocess.run(["dpkg", "--print-foreign-architectures"], capture_output=True, text=True).stdout
+    if arch not in foreign.split():
+        _apt(["dpkg", "--add-architecture", arch], log)
+        _apt(["apt-get", "update", "-q"], log)
+    if _apt(["apt-get", "build-dep", "-y", "-q", "-a", arch, "-P", "cross,nocheck", name], log) == 0:
+        return f"the build dependencies for {arch} installed (apt-get build-dep -a {arch})"
+    shown = subprocess.run(["apt-cache", "showsrc", name], capture_output=True, text=True).stdout
+    wanted = development_packages(shown)
+    installed = [dev for dev in wanted if _apt(["apt-get", "install", "-y", "-q", f"{dev}:{arch}"], log) == 0]
+    return f"{len(installed)} of the {len(wanted)} -dev build dependencies installed for {arch} one by one"
+
+
+def development_packages(showsrc: str) -> list[str]:
+    """The ``-dev`` packages a source's first ``Build-Depends``/``Build-Depends-Arch`` (``apt-cache showsrc``) name:
+    the first of each set of alternatives, without versions, architectures or build profiles."""
+    stanza = showsrc.split("\n\n", 1)[0]  # the first stanza: the newest version
+    fields: dict[str, str] = {}
+    name = ""
+    for line in stanza.splitlines():
+        if line[:1].isspace() and name:  # a folded field goes on
+            fields[name] += " " + line.strip()
+        else:
+            name, _, value = line.partition(":")
+            fields[name] = value
+    names: list[str] = []
+    for entry in ",".join(fields.get(f, "") for f in ("Build-Depends", "Build-Depends-Arch")).split(","):
+        first = re.sub(r"\(.*?\)|\[.*?\]|<.*?>", "", entry.split("|")[0]).strip().split(":")[0]
+        if first.endswith("-dev") and first not in names:
+            names.append(first)
+    return names
 
 
 def multiarch() -> str:

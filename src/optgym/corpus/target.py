@@ -45,6 +45,8 @@ from pathlib import Path
 
 #: Debian's root of a cross target's libraries and headers (``libc6-dev-arm64-cross``: ``/usr/aarch64-linux-gnu``).
 CROSS_ROOT = Path("/usr")
+#: Debian's name for an architecture, where it is not the triple's own.
+DEBIAN_ARCH = {"aarch64": "arm64", "arm64": "arm64", "x86_64": "amd64", "powerpc64le": "ppc64el"}
 #: qemu-user's name for an architecture, where it is not the triple's own (``qemu-user``: ``qemu-aarch64`` …).
 QEMU_ARCH = {"arm64": "aarch64", "i486": "i386", "i586": "i386", "i686": "i386", "amd64": "x86_64"}
 #: Debian's picolibc for ARM (``picolibc-arm-none-eabi``): ``lib/MULTILIB/{crt0.o,libc.a,libsemihost.a}``.
@@ -117,6 +119,25 @@ class Target:
         root = CROSS_ROOT / self.triple
         return root if (root / "include").is_dir() or (root / "lib").is_dir() else None
 
+    @property
+    def debian_arch(self) -> str | None:
+        """Debian's name of the target's architecture (``dpkg --print-architecture``: ``arm64``, ``armhf``…), whose
+        packages hold its libraries; ``None`` for a target Debian builds no packages for (no OS)."""
+        if not self.linux:
+            return None
+        if self.arch.startswith(("arm", "thumb")):
+            return "armhf" if self.triple.endswith("hf") else "armel"
+        if len(self.arch) == 4 and self.arch[0] == "i" and self.arch.endswith("86"):
+            return "i386"
+        return DEBIAN_ARCH.get(self.arch, self.arch)
+
+    @property
+    def multiarch_libdir(self) -> Path | None:
+        """Where Debian's packages of the target's architecture put their libraries (``/usr/lib/aarch64-linux-gnu``),
+        when any are installed (``optgym corpus debian --build-deps --target`` installs a package's for it)."""
+        libdir = Path("/usr/lib") / self.triple
+        return libdir if self.linux and libdir.is_dir() else None
+
     def emulator(self) -> list[str] | None:
         """How this machine runs the target's programs: a Linux target's under qemu-user with the cross root as
         the loader's prefix (``qemu-aarch64 -L /usr/aarch64-linux-gnu``) — what a build's tests need, since a
@@ -160,12 +181,18 @@ class Target:
         if self.bare_metal and not (links_programs and self.program_link_flags):
             args.append("-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY")
         if root := self.cross_root:
+            # and the whole system where Debian's multiarch packages of the target are installed (apt-get
+            # build-dep -a ARCH puts their libraries in /usr/lib/TRIPLE, which CMake searches by the target's
+            # library architecture, never this machine's /usr/lib/x86_64-linux-gnu)
+            roots = [str(root), "/"] if self.multiarch_libdir else [str(root)]
             args += [
-                f"-DCMAKE_FIND_ROOT_PATH={root}",
+                f"-DCMAKE_FIND_ROOT_PATH={';'.join(roots)}",
                 "-DCMAKE_FIND_ROOT_PATH_MODE_PROGRAM=NEVER",
                 "-DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY",
                 "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=ONLY",
             ]
+        if (pkg_config := shutil.which(f"{self.triple}-pkg-config")) and self.multiarch_libdir:
+            args.append(f"-DPKG_CONFIG_EXECUTABLE={pkg_config}")  # the target's .pc files, as Debian's cross build
         if emulator := self.emulator():  # ctest runs the tests through it
             args.append(f"-DCMAKE_CROSSCOMPILING_EMULATOR={';'.join(emulator)}")
         return args
