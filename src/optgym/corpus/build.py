@@ -1,10 +1,10 @@
 """``optgym corpus build``: any C/C++ source tree → a bitcode-embedding build → a corpus.
 
 The build system is detected (CMake, Meson, autotools, plain Make, in that order of preference: the
-first two write a compile database themselves, the others are recorded with ``bear``). Builds go
-out of tree, into ``DIR/.optgym-work/build``; a plain-Make tree (and an autotools tree already
-configured in place, which refuses a second, out-of-tree configuration) is first mirrored there, so
-the user's tree is never written to. Re-running reuses the build tree, so only what changed is
+first two write a compile database themselves, the others are recorded with ``bear``). CMake and Meson
+build out of tree, into ``DIR/.optgym-work/build``; a plain-Make or autotools tree is first mirrored
+there (autotools: into ``DIR/.optgym-work/src``) and built in place, as Debian builds it, so the user's
+tree is never written to. Re-running reuses the build tree, so only what changed is
 rebuilt.
 
 The compiler is clang-22 with ``-Xclang -fembed-bitcode=all`` and the requested optimization level
@@ -301,23 +301,20 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
     bear = _need("bear", "bear")
     make_vars: list[str] = []
     if system == "autotools":
-        tree = e.src
+        # in a mirror of the tree, as Debian builds autotools packages: in their tree, since many Makefiles know
+        # no other way (no VPATH: "No rule to make target 'utils.c'"), autoreconf and a refreshed config.sub write
+        # into it, and a tree configured in place refuses a second, out-of-tree configuration
+        _mirror(e.src, e.work / "src")
+        tree = build = e.work / "src"
         host = e.target.autotools_triple if e.target else None
-        stale = host is not None and bool(stale_config_scripts(tree, host))
-        if (tree / "config.status").exists() or not (tree / "configure").exists() or stale:
-            # configured in place (autotools then refuses an out-of-tree build), or autoreconf
-            # must write into the tree, or its config.sub is refreshed: work in a mirror of it
-            _mirror(tree, e.work / "src")
-            tree = e.work / "src"
-            notes.append("built in a copy of the source tree")
-        if (tree / "config.status").exists():
-            build = tree
         if not (tree / "configure").exists():
             _need("autoreconf", "autoconf automake libtool")
             _run_step("autoreconf", ["autoreconf", "-fi"], tree, e.env, e.logs)
         if host is not None and (refreshed := refresh_config_scripts(tree, host)):
             notes.append(f"config.sub and config.guess refreshed for {host} in {len(refreshed)} directories")
-        if not (build / "config.status").exists() and not (build / "Makefile").exists():
+        # configured already: by this build before (a re-run), or in place by the tree's owner (their config.status)
+        configured = build / ".optgym-configured"
+        if not configured.exists() and not (e.src / "config.status").exists():
             configure = ["sh", str(tree / "configure")]
             script = (tree / "configure").read_text(errors="replace")[:4000]
             extra: list[str] = []
@@ -331,6 +328,7 @@ def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, 
                 if e.target:  # a cross build: configure runs nothing it compiles
                     extra.append(e.target.autotools_host())
             _run_step("configure", [*configure, *extra, *e.configure_args], build, e.env, e.logs)
+            configured.touch()
     else:
         _mirror(e.src, build)
         make_vars = [f"CC={e.cc}", f"CXX={e.cxx}", *e.configure_args]
