@@ -923,11 +923,12 @@ def test_evaluate_measures_pretrained_with_the_file_a_build_of_the_corpus_target
         assert report["policy_text_bytes"] < report["heuristic_text_bytes"], "AArch64's inliner deletes the callee"
 
 
-#: A GNU configure script that must canonicalize its host (AC_CANONICAL_HOST runs config.sub), and a Makefile.
+#: A GNU configure script that must canonicalize its host (AC_CANONICAL_HOST runs config.sub), and a Makefile that
+#: builds in its own tree only (no VPATH), as many of Debian's packages' do.
 AUTOCONF_PROJECT = {
     "configure.ac": "AC_INIT([pieces], [1])\nAC_CONFIG_AUX_DIR([build-aux])\nAC_CANONICAL_HOST\nAC_PROG_CC\n"
     "AC_CONFIG_FILES([Makefile])\nAC_OUTPUT\n",
-    "Makefile.in": "VPATH = @srcdir@\nCC = @CC@\nCFLAGS = @CFLAGS@\nLDFLAGS = @LDFLAGS@\nall: tool\n"
+    "Makefile.in": "CC = @CC@\nCFLAGS = @CFLAGS@\nLDFLAGS = @LDFLAGS@\nall: tool\n"
     "tool: main.o libpieces.a\n\t$(CC) $(CFLAGS) $(LDFLAGS) main.o libpieces.a -o $@\n"
     "libpieces.a: a.o b.o\n\t$(AR) rc $@ a.o b.o\n%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
 }
@@ -937,10 +938,11 @@ OLD_CONFIG_SUB_HEAD = ("#!/bin/sh\ncase $1 in aarch64*) echo \"Invalid configura
 
 
 @pytest.mark.skipif(shutil.which("autoreconf") is None, reason="autoconf is installed by `make setup`")
-def test_a_configure_script_older_than_the_target_gets_debians_current_config_sub(tmp_path):
+def test_an_autotools_tree_older_than_the_target_builds_in_its_copy_with_debians_config_sub(tmp_path):
     """A tree whose config.sub predates AArch64 stopped its cross build at configure ("machine `aarch64' not
     recognized"), about one failed package in four of the AArch64 draws. Debian's build copies its current
     config.sub and config.guess over a package's; the corpus build and compare-build do so too, in their copies.
+    The Makefile builds in its own tree only, which the corpus build's out-of-tree build of autotools got wrong.
     The old script here stands in for a 2012 tree's: the configure script, compiler and build are real."""
     from typer.testing import CliRunner
 
