@@ -36,6 +36,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from optgym.corpus.debian import control_stanzas
+
 REPO = Path(__file__).resolve().parent.parent
 #: Build-Depends that mean a toolchain or framework beyond a C/C++ build (substrings of a dependency's name)
 HEAVY = ("cargo", "rustc", "golang", "jdk", "javahelper", "maven", "qt", "gtk", "boost", "ghc", "ocaml", "mono-",
@@ -54,19 +56,7 @@ def sources_stanzas() -> list[dict[str, str]]:
                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     main = [f for f in files if "_bookworm_main_" in f]
     text = subprocess.run(["/usr/lib/apt/apt-helper", "cat-file", *main], capture_output=True, text=True, check=True)
-    stanzas = []
-    for block in text.stdout.split("\n\n"):
-        fields: dict[str, str] = {}
-        key = ""
-        for line in block.splitlines():
-            if line[:1].isspace() and key:
-                fields[key] += "\n" + line.strip()
-            elif ":" in line:
-                key, value = line.split(":", 1)
-                fields[key] = value.strip()
-        if "Package" in fields:
-            stanzas.append(fields)
-    return stanzas
+    return [fields for fields in control_stanzas(text.stdout) if "Package" in fields]
 
 
 def seen_text() -> str:

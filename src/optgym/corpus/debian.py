@@ -465,20 +465,30 @@ def target_build_deps(name: str, arch: str, log: Path) -> str:
     return f"{len(installed)} of the {len(wanted)} -dev build dependencies installed for {arch} one by one"
 
 
+def control_stanzas(text: str) -> list[dict[str, str]]:
+    """The stanzas of a Debian control-format text (a Sources index, ``apt-cache showsrc``'s output), each field →
+    its value, a folded field's lines joined by newlines."""
+    stanzas = []
+    for block in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        key = ""
+        for line in block.splitlines():
+            if line[:1].isspace() and key:
+                fields[key] += "\n" + line.strip()
+            elif ":" in line:
+                key, value = line.split(":", 1)
+                fields[key] = value.strip()
+        if fields:
+            stanzas.append(fields)
+    return stanzas
+
+
 def development_packages(showsrc: str) -> list[str]:
     """The ``-dev`` packages a source's first ``Build-Depends``/``Build-Depends-Arch`` (``apt-cache showsrc``) name:
     the first of each set of alternatives, without versions, architectures or build profiles."""
-    stanza = showsrc.split("\n\n", 1)[0]  # the first stanza: the newest version
-    fields: dict[str, str] = {}
-    name = ""
-    for line in stanza.splitlines():
-        if line[:1].isspace() and name:  # a folded field goes on
-            fields[name] += " " + line.strip()
-        else:
-            name, _, value = line.partition(":")
-            fields[name] = value
+    newest = next(iter(control_stanzas(showsrc)), {})
     names: list[str] = []
-    for entry in ",".join(fields.get(f, "") for f in ("Build-Depends", "Build-Depends-Arch")).split(","):
+    for entry in ",".join(newest.get(f, "") for f in ("Build-Depends", "Build-Depends-Arch")).split(","):
         first = re.sub(r"\(.*?\)|\[.*?\]|<.*?>", "", entry.split("|")[0]).strip().split(":")[0]
         if first.endswith("-dev") and first not in names:
             names.append(first)
