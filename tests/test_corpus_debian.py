@@ -66,6 +66,23 @@ def test_real_package_builds_and_a_missing_one_goes_on(tmp_path):
     assert [m.name for m in Corpus(out)] == desc["modules"] and debian.held_packages(out) == ["zlib"]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="installing a package's libraries for another architecture needs root")
+def test_a_cross_build_gets_the_targets_libraries(tmp_path):
+    """lsyncd's CMake needs Lua's library: built for AArch64 with only this machine's build dependencies, it
+    stopped at "Could NOT find Lua (missing: LUA_LIBRARIES)". ``--build-deps`` installs arm64's too."""
+    from optgym.corpus.info import raw_cc1_args
+    from optgym.corpus.target import module_triple
+
+    out = tmp_path / "c"
+    proc = _cli("lsyncd", "--target", "aarch64-linux-gnu", "--build-deps", "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "for arm64" in proc.stdout and "arm64" in debian.subprocess.run(
+        ["dpkg", "--print-foreign-architectures"], capture_output=True, text=True).stdout  # fmt: skip
+    corpus = Corpus(out)
+    assert len(corpus) >= 1 and {module_triple(raw_cc1_args(m)).split("-")[0] for m in corpus} == {"aarch64"}
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="holding dpkg's lock needs root")
 def test_apt_waits_for_a_lock_another_apt_holds(tmp_path):
     """Two corpus runs at once (say the training list and a package set to evaluate on) both call
