@@ -328,7 +328,9 @@ def evaluate(
     try:
         corpus_obj = Corpus(corpus, split=split)
         modules = sample_modules(corpus_obj, language, every)
-        triple = corpus_triple(corpus_obj, modules)
+        # the target matters only where it chooses a shipped file: a corpus of several targets is fine otherwise
+        by_target = policy == "pretrained" or (candidates and portfolio is None)
+        triple = corpus_triple(corpus_obj, modules) if by_target else None
         served = served_file(policy, pretrained_names().get(problem, ""), triple)
         if served != policy:
             err.print(f"pretrained {problem} for {triple}: {served}", highlight=False)
