@@ -125,3 +125,28 @@ def test_a_cross_builds_libraries_are_the_sources_dev_build_dependencies():
     assert debian.development_packages(SHOWSRC) == [
         "libfontconfig-dev", "libfreetype-dev", "libpng-dev", "libuemf-dev", "libssl-dev", "zlib1g-dev",
         "libcmocka-dev"]  # fmt: skip
+
+
+def test_a_targets_libraries_never_cost_one_of_this_machines_packages(monkeypatch, tmp_path):
+    """A -dev package that is not multiarch-safe replaces this machine's own: installing arm64's let apt remove
+    llvm-22-dev and python3-venv. Every install for the target refuses removals. (apt is not run: a test must not
+    change the machine's packages; the commands are what is checked, each path through the step once.)"""
+    commands: list[list[str]] = []
+    build_dep_resolves = [False]
+
+    def apt(argv, log, cwd=None):
+        commands.append(list(argv))
+        return 0 if "install" in argv or build_dep_resolves[0] else 100
+
+    def run(argv, **kwargs):
+        out = {"dpkg": "arm64\n", "apt-cache": SHOWSRC}[argv[0]]
+        return subprocess.CompletedProcess(argv, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(debian, "_apt", apt)
+    monkeypatch.setattr(debian.subprocess, "run", run)
+    note = debian.target_build_deps("libemf2svg", "arm64", tmp_path / "log")
+    assert note == "7 of the 7 -dev build dependencies installed for arm64 one by one"
+    build_dep_resolves[0] = True
+    assert "apt-get build-dep -a arm64" in debian.target_build_deps("libemf2svg", "arm64", tmp_path / "log")
+    installs = [c for c in commands if "install" in c or "build-dep" in c]
+    assert len(installs) == 9 and all("--no-remove" in c for c in installs)

@@ -452,16 +452,21 @@ def target_build_deps(name: str, arch: str, log: Path) -> str:
     (missing: ZLIB_LIBRARY)"). ``apt-get build-dep -a ARCH`` installs them when every dependency resolves for a
     cross build; where one does not (``perl:arm64`` is not installable beside ``perl``), each ``-dev`` package
     of the source's ``Build-Depends`` is installed for ``arch`` on its own, skipping those that cannot be. The
-    architecture is added to dpkg's foreign ones first (with ``apt-get update``) when it is not there."""
+    architecture is added to dpkg's foreign ones first (with ``apt-get update``) when it is not there.
+
+    Nothing is removed for them (``--no-remove``): a ``-dev`` package that is not multiarch-safe replaces this
+    machine's own, and the first version of this step let apt remove ``llvm-22-dev``, ``python3-venv`` and the
+    system's ``python3`` that way; such a package is skipped instead."""
     foreign = subprocess.run(["dpkg", "--print-foreign-architectures"], capture_output=True, text=True).stdout
     if arch not in foreign.split():
         _apt(["dpkg", "--add-architecture", arch], log)
         _apt(["apt-get", "update", "-q"], log)
-    if _apt(["apt-get", "build-dep", "-y", "-q", "-a", arch, "-P", "cross,nocheck", name], log) == 0:
+    install = ["apt-get", "-y", "-q", "--no-remove"]  # never at the cost of one of this machine's own packages
+    if _apt([*install, "build-dep", "-a", arch, "-P", "cross,nocheck", name], log) == 0:
         return f"the build dependencies for {arch} installed (apt-get build-dep -a {arch})"
     shown = subprocess.run(["apt-cache", "showsrc", name], capture_output=True, text=True).stdout
     wanted = development_packages(shown)
-    installed = [dev for dev in wanted if _apt(["apt-get", "install", "-y", "-q", f"{dev}:{arch}"], log) == 0]
+    installed = [dev for dev in wanted if _apt([*install, "install", f"{dev}:{arch}"], log) == 0]
     return f"{len(installed)} of the {len(wanted)} -dev build dependencies installed for {arch} one by one"
 
 
