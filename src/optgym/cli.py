@@ -270,8 +270,10 @@ def served_file(spec: str, name: str, triple: str | None) -> str:
         return spec
     path = shipped_policy(name, target)
     if path is None:
-        raise OptgymError(f"optgym ships no {name} for {target[1]} (the modules' target {triple}): optgym-cc leaves "
-                          "those compiles to clang; name a policy file to measure one")  # fmt: skip
+        portfolio = shipped_policy("portfolio-c.json", target)
+        and_c = f", and compiles C by its portfolio ({portfolio}: evaluate with --candidates N)" if portfolio else ""
+        raise OptgymError(f"optgym ships no {name} for {target[1]} (the modules' target {triple}): a build for it "
+                          f"leaves that decision to clang{and_c}; name a policy file to measure one")  # fmt: skip
     return path
 
 
