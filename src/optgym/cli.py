@@ -259,8 +259,9 @@ def corpus_triple(corpus: Corpus, modules: list[str] | None) -> str | None:
 def served_file(spec: str, name: str, triple: str | None) -> str:
     """What optgym-cc serves as ``spec`` to a compile for ``triple``: ``pretrained`` becomes the file ``name`` shipped
     for that target (AArch64's own inliner…), chosen by the launcher's own lookup, so ``optgym evaluate`` measures
-    the file a build of that target gets. Any other spec, and ``pretrained`` for x86-64 (the package's own
-    files), is itself. A target that ships no such file is an error: its build leaves those compiles to clang."""
+    the file a build of that target gets; for a target that ships none, ``heuristic``, clang's own decisions, as
+    its build gets them (with one note, as optgym-cc prints). Any other spec, and ``pretrained`` for x86-64 (the
+    package's own files), is itself."""
     from optgym_cc import SHIPPED_FAMILY, compile_target, shipped_policy
 
     if spec != "pretrained" or triple is None or not name:
@@ -271,9 +272,13 @@ def served_file(spec: str, name: str, triple: str | None) -> str:
     path = shipped_policy(name, target)
     if path is None:
         portfolio = shipped_policy("portfolio-c.json", target)
-        and_c = f", and compiles C by its portfolio ({portfolio}: evaluate with --candidates N)" if portfolio else ""
-        raise OptgymError(f"optgym ships no {name} for {target[1]} (the modules' target {triple}): a build for it "
-                          f"leaves that decision to clang{and_c}; name a policy file to measure one")  # fmt: skip
+        and_c = f"; its C compiles take its portfolio with --candidates N ({portfolio})" if portfolio else ""
+        err.print(
+            f"note: optgym ships no {name} for {target[1]} (the modules' target {triple}): a build for it "
+            f"leaves that decision to clang, so clang's is measured (heuristic){and_c}",
+            highlight=False,
+        )
+        return "heuristic"
     return path
 
 
@@ -334,7 +339,7 @@ def evaluate(
         by_target = policy == "pretrained" or (candidates and portfolio is None)
         triple = corpus_triple(corpus_obj, modules) if by_target else None
         served = served_file(policy, pretrained_names().get(problem, ""), triple)
-        if served != policy:
+        if served not in (policy, "heuristic"):
             err.print(f"pretrained {problem} for {triple}: {served}", highlight=False)
         factory = resolve_policy(served, problem)
         companions = parse_companions(with_)
