@@ -341,7 +341,7 @@ def linked_figures(outdir: Path) -> tuple[Path, dict]:
     report = json.loads(path.read_text())
     options = report.get("options", {})
     # the file optgym-cc served the build's compiles, looked up as it looks it up (this machine's, or --target's)
-    target = optgym_cc.compile_target([f"--target={options['target']}"] if options.get("target") else [])
+    target = optgym_cc.triple_target(options.get("target"))
     served_file = optgym_cc.shipped_policy(os.path.basename(optgym_cc.PRETRAINED), target)
     if served_file is None:
         sys.exit(f"{outdir}: not recorded: optgym ships no inliner for {target[0]}")

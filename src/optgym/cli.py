@@ -262,16 +262,16 @@ def served_file(spec: str, name: str, triple: str | None) -> str:
     the file a build of that target gets; for a target that ships none, ``heuristic``, clang's own decisions, as
     its build gets them (with one note, as optgym-cc prints). Any other spec, and ``pretrained`` for x86-64 (the
     package's own files), is itself."""
-    from optgym_cc import SHIPPED_FAMILY, compile_target, shipped_policy
+    from optgym_cc import PORTFOLIO, SHIPPED_FAMILY, shipped_policy, triple_target
 
     if spec != "pretrained" or triple is None or not name:
         return spec
-    target = compile_target([f"--target={triple}"])
+    target = triple_target(triple)
     if target[1] == SHIPPED_FAMILY:
         return spec
     path = shipped_policy(name, target)
     if path is None:
-        portfolio = shipped_policy("portfolio-c.json", target)
+        portfolio = shipped_policy(PORTFOLIO, target)
         and_c = f"; its C compiles take its portfolio with --candidates N ({portfolio})" if portfolio else ""
         err.print(
             f"note: optgym ships no {name} for {target[1]} (the modules' target {triple}): a build for it "

@@ -163,6 +163,11 @@ def compile_target(args: list[str], program: str = "") -> tuple[str, str]:
     return target, family
 
 
+def triple_target(triple: str | None) -> tuple[str, str]:
+    """:func:`compile_target` of a compile for ``triple`` (a build's ``--target``; ``None``: this machine's)."""
+    return compile_target([f"--target={triple}"] if triple else [])
+
+
 def shipped_policy(name: str, target: tuple[str, str]) -> str | None:
     """The file of the policy shipped as ``name`` (``inline-size.onnx``…) for ``target`` (:func:`compile_target`),
     else ``None``: the most specific directory first (see above)."""

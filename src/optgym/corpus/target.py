@@ -46,7 +46,7 @@ from pathlib import Path
 #: Debian's root of a cross target's libraries and headers (``libc6-dev-arm64-cross``: ``/usr/aarch64-linux-gnu``).
 CROSS_ROOT = Path("/usr")
 #: Debian's name for an architecture, where it is not the triple's own.
-DEBIAN_ARCH = {"aarch64": "arm64", "arm64": "arm64", "x86_64": "amd64", "powerpc64le": "ppc64el"}
+DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64", "powerpc64le": "ppc64el"}
 #: qemu-user's name for an architecture, where it is not the triple's own (``qemu-user``: ``qemu-aarch64`` …).
 QEMU_ARCH = {"arm64": "aarch64", "i486": "i386", "i586": "i386", "i686": "i386", "amd64": "x86_64"}
 #: Debian's picolibc for ARM (``picolibc-arm-none-eabi``): ``lib/MULTILIB/{crt0.o,libc.a,libsemihost.a}``.
