@@ -972,6 +972,8 @@ def test_an_autotools_tree_older_than_the_target_builds_in_its_copy_with_debians
     assert [t.split("-")[0] for t in info["targets"]] == ["aarch64"]
     assert "config.sub and config.guess refreshed for aarch64-linux-gnu" in built.output
     assert old.read_text().startswith(OLD_CONFIG_SUB_HEAD), "the source tree itself is left as it was"
+    work = out / ".optgym-work"
+    assert (work / "src" / "config.status").exists() and not (work / "build").exists(), "one tree: the mirror"
 
     compared = CliRunner().invoke(app, ["compare-build", str(src), "--target", case.triple, "-o",
                                         str(tmp_path / "cb"), "-j", "2"])  # fmt: skip

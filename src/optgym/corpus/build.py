@@ -265,7 +265,8 @@ class _Env:
 def _configure_and_build(system: str, e: _Env, notes: list[str]) -> tuple[Path, Path, int]:
     """Run one build system's steps; (build dir, compile database, exit status of the build step)."""
     build = e.work / "build"
-    build.mkdir(parents=True, exist_ok=True)
+    if system != "autotools":  # autotools builds in its mirror (below), and leaves no empty build directory
+        build.mkdir(parents=True, exist_ok=True)
     if system == "cmake":
         _need("cmake", "cmake")
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
