@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import CXX_SOURCE, _corpus
 
 from optgym.corpus import Corpus
 from optgym.corpus.portable import portable_modules
@@ -28,6 +29,7 @@ from optgym.train.pattern import (
     improves,
     inline_logit,
     ranking,
+    repair_move,
     replays,
     sample_halves,
     sweep_order,
@@ -252,7 +254,8 @@ def test_the_evaluate_sample_is_left_out_of_training(corpus_dir, tmp_path):
 @pytest.mark.parametrize(("option", "message"), [({"step": 0.3}, "power of two"), ({"max_worse": 1.0}, "share"),
                                                   ({"hold_out_every": 1}, "2 or more"),
                                                   ({"order": "random"}, "one of seeded, ranked"),
-                                                  ({"restarts": 0}, "at least one search")])  # fmt: skip
+                                                  ({"restarts": 0}, "at least one search"),
+                                                  ({"repair": True}, "needs --order ranked")])  # fmt: skip
 def test_a_bad_recipe_is_refused_before_the_run_directory_exists(corpus_dir, tmp_path, option, message):
     with pytest.raises(RunError, match=message):
         train_pattern(_config(corpus_dir, tmp_path / "p", **option), say=lambda s: None)
@@ -275,6 +278,64 @@ def test_a_start_past_the_cap_keeps_its_own_count_as_the_cap():
     assert improves(Measured(1000, 1100, 4, 0, 0), past, cap=2), "at equal bytes, fewer regressions is progress"
     assert not improves(Measured(1050, 1100, 4, 0, 0), past, cap=2), "fewer regressions must not cost bytes"
     assert not improves(Measured(500, 1100, 6, 0, 0), past, cap=2)
+
+
+def test_a_repair_buys_back_regressions_at_the_fewest_bytes_each():
+    current = Measured(text_bytes=1000, heuristic_text_bytes=1100, worse=5, compiles=0, failed=0)
+    probes = [Measured(1005, 1100, 6, 0, 0), Measured(1030, 1100, 4, 0, 0), Measured(1040, 1100, 1, 0, 0),
+              Measured(1100, 1100, 0, 0, 0)]  # fmt: skip
+    assert repair_move(probes, current) == 2, "40 bytes for 4 modules is cheaper than 30 for 1 or 100 for 5"
+    assert repair_move(probes[:2], current) == 1
+    assert repair_move([Measured(990, 1100, 5, 0, 0), probes[0]], current) is None, "no probe leaves fewer worse"
+    assert repair_move([Measured(1020, 1100, 4, 0, 0), Measured(1040, 1100, 3, 0, 0)], current) == 0, "ties: first"
+
+
+#: A module that inlining past clang's choice only makes larger: ``mix``'s body copied into eight callers.
+GROWS = r"""
+int sink(int);
+static int mix(int x) { return sink(x * 5) * 3; }
+int g0(int x) { return mix(x) + 1; }
+int g1(int x) { return mix(x) + 2; }
+int g2(int x) { return mix(x) + 3; }
+int g3(int x) { return mix(x) + 4; }
+int g4(int x) { return mix(x) + 5; }
+int g5(int x) { return mix(x) + 6; }
+int g6(int x) { return mix(x) + 7; }
+int g7(int x) { return mix(x) + 8; }
+"""
+
+
+def test_a_start_past_the_cap_is_repaired_where_no_move_improves_on_real_compiles(toolchain, tmp_path):
+    """The case that held d35 at its start, on two real modules: an allowance of 0.375 (the bias) shrinks ``zoo``
+    by 14 % and leaves ``grows`` more than 1 % larger. Any step that saves bytes keeps ``grows`` worse, and the step
+    that brings it back costs ``zoo``'s savings, so without ``repair`` the search ends where it began, past a cap
+    of 0; with it, the first sweep takes that step, bytes spent for the regression, and the run ends under the cap."""
+    corpus = _corpus(toolchain, tmp_path / "two", {"zoo": (".cpp", CXX_SOURCE), "grows": (".c", GROWS)})
+    gates = ["at_most:callee_users:1"]
+    start = allowance_policy(gates)
+    theta = start.parameters()
+    theta[np.flatnonzero(trainable(start))[-1]] = 0.375
+    start.with_parameters(theta).save(tmp_path / "start")
+    ends = {}
+    for repair in (False, True):
+        run = tmp_path / f"repair-{repair}"
+        cfg = PatternConfig(str(corpus.root), str(run), gates=gates, workers=1, final_eval=False,
+                            warmstart=str(tmp_path / "start"), max_worse=0.0, order="ranked", repair=repair,
+                            sweeps=3, step=0.25, min_step=0.125)  # fmt: skip
+        ends[repair] = train_pattern(cfg, say=lambda s: None)
+        rows = list(csv.DictReader((run / "progress.csv").open()))
+        repairs = [r for r in rows if r["phase"] == "repair"]
+        if not repair:
+            assert not repairs
+            continue
+        (taken,) = repairs
+        probes = [r for r in rows if r["sweep"] == taken["sweep"] and r["phase"] == "probe"]
+        assert not any(r["better"] == "1" for r in probes), "a repair only where no probe improves"
+        fewer = [r for r in probes if int(r["worse"]) < ends[False]["sample_worse"]]
+        assert (taken["coordinate"], taken["value"]) == (fewer[0]["coordinate"], fewer[0]["value"])
+    assert ends[False]["sample_worse"] == 1, "the case is gone: the test checks no repair"
+    assert ends[True]["sample_worse"] == 0
+    assert ends[True]["sample_ratio"] > ends[False]["sample_ratio"], "bytes were spent for the regression"
 
 
 def test_with_halves_a_move_that_grows_either_half_is_not_kept():

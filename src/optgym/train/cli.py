@@ -539,6 +539,9 @@ def pattern_command(
     order: Annotated[
         str, typer.Option(help="seeded: coordinates in turn, in a seeded order | ranked: probe all, best move first")
     ] = "seeded",
+    repair: Annotated[
+        bool, typer.Option(help="ranked, past the cap and stuck: take the probe losing regressions at fewest bytes")
+    ] = False,
     store: Annotated[
         bool, typer.Option(help="replay trajectories other runs compiled (same modules and inputs); figures unchanged")
     ] = True,
@@ -571,7 +574,7 @@ def pattern_command(
                             sample=sample or None, hold_out_every=hold_out_every, gates=_allowance_gates(allowance),
                             warmstart=str(warmstart) if warmstart else None,
                             step=step, min_step=min_step, max_worse=max_worse, halves=halves, order=order,
-                            store=store, sweeps=sweeps or 8,
+                            repair=repair, store=store, sweeps=sweeps or 8,
                             max_compiles=max_compiles, workers=workers, seed=seed, restarts=restarts,
                             timeout=timeout, final_eval=final_eval)  # fmt: skip
         train_pattern(cfg, say=console.print)
