@@ -442,16 +442,11 @@ def repair_move(probes: Sequence[Measured], current: Measured) -> int | None:
     whenever every move that saves bytes also costs a module. d33 started d35 at 29 of 800 modules worse, over its
     cap of 8; sweep 1 found no move that kept 29, while one probe left 6 worse at 0.75 % more bytes
     (registrations.md, d35). Spending bytes only where each buys back the most regressions is the cheapest way
-    under the cap; the rule this one replaced in :func:`improves`, any move with fewer regressions first, took a
-    PPO start from 0.921 of clang's bytes to 0.99 in one sweep."""
-    best: int | None = None
-    best_cost = 0.0
-    for i, probe in enumerate(probes):
-        removed = current.worse - probe.worse
-        cost = (probe.text_bytes - current.text_bytes) / removed if removed > 0 else 0.0
-        if removed > 0 and (best is None or cost < best_cost):
-            best, best_cost = i, cost
-    return best
+    under the cap. (Before its ratchet, :func:`improves` took any move with fewer regressions first, whatever it
+    cost, and walked a PPO start from 0.921 of clang's bytes to 0.99 in one sweep.)"""
+    costs = [((probe.text_bytes - current.text_bytes) / (current.worse - probe.worse), i)
+             for i, probe in enumerate(probes) if probe.worse < current.worse]  # fmt: skip
+    return min(costs)[1] if costs else None
 
 
 def ranking(candidate: Measured, current: Measured) -> tuple[int, int]:
