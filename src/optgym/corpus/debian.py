@@ -176,23 +176,8 @@ def _source_files() -> list[Path]:
 
 
 def _stanzas(text: str) -> list[dict[str, str]]:
-    """The deb822 stanzas of a ``.sources`` file (keys lower-cased)."""
-    stanzas = []
-    for block in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        key = None
-        for line in block.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            if line[0].isspace() and key:
-                fields[key] += " " + line.strip()
-            elif ":" in line:
-                key, value = line.split(":", 1)
-                key = key.strip().lower()
-                fields[key] = value.strip()
-        if fields:
-            stanzas.append(fields)
-    return stanzas
+    """The deb822 stanzas of a ``.sources`` file: keys lower-cased, a folded field's lines joined by spaces."""
+    return [{key.lower(): value.replace("\n", " ") for key, value in s.items()} for s in control_stanzas(text)]
 
 
 def has_deb_src() -> bool:
@@ -472,16 +457,19 @@ def target_build_deps(name: str, arch: str, log: Path) -> str:
 
 def control_stanzas(text: str) -> list[dict[str, str]]:
     """The stanzas of a Debian control-format text (a Sources index, ``apt-cache showsrc``'s output), each field →
-    its value, a folded field's lines joined by newlines."""
+    its value, a folded field's lines joined by newlines; comment lines (in ``.sources`` files) skipped."""
     stanzas = []
-    for block in text.split("\n\n"):
+    for block in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
         key = ""
         for line in block.splitlines():
-            if line[:1].isspace() and key:
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0].isspace() and key:
                 fields[key] += "\n" + line.strip()
             elif ":" in line:
                 key, value = line.split(":", 1)
+                key = key.strip()
                 fields[key] = value.strip()
         if fields:
             stanzas.append(fields)
